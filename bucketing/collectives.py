@@ -1,0 +1,191 @@
+"""Find the functional collectives of a post-grad graph that can be bucketed.
+
+A candidate is a `_c10d_functional` all-gather, reduce-scatter or all-reduce
+whose only user is one `wait_tensor`, with a static-shaped input and a group
+given by name. Anything else is reported with the reason it is left alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.fx as fx
+
+c10d = torch.ops._c10d_functional
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+KIND_BY_TARGET = {
+    c10d.all_gather_into_tensor.default: "all_gather",
+    c10d.reduce_scatter_tensor.default: "reduce_scatter",
+    c10d.all_reduce.default: "all_reduce",
+}
+
+
+@dataclasses.dataclass
+class Collective:
+    """One bucketable collective and the facts planning and rewriting need."""
+
+    kind: str
+    node: fx.Node  # the collective
+    wait: fx.Node  # its wait_tensor
+    input: fx.Node  # the tensor the collective reads
+    group_name: str
+    group_size: int  # 0 for all-reduce, whose schema has no size
+    reduce_op: str | None
+    dtype: torch.dtype
+    shape: tuple[int, ...]  # of the collective's input
+    nbytes: int  # the larger side: gathered output, scattered input, reduced tensor
+    # When a single-use cast feeds an all-gather, the copy-in reads `cast_source`
+    # and converts on the way; the cast node then dies.
+    cast_source: fx.Node | None = None
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def key(self) -> tuple:
+        """The merge key: collectives merge only with equal keys.
+
+        (kind, group name, reduce op or None, dtype or None when dtypes may mix)
+        """
+        return (self.kind, self.group_name, self.reduce_op, self.dtype)
+
+    def describe(self) -> str:
+        return f"{self.node.name}({self.kind}, {self.group_name}, {self.dtype}, {list(self.shape)})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    node_name: str
+    reason: str
+
+
+def _static_shape(val) -> tuple[int, ...] | None:
+    if not isinstance(val, torch.Tensor):
+        return None
+    shape = []
+    for s in val.shape:
+        if not isinstance(s, int):
+            return None
+        shape.append(s)
+    return tuple(shape)
+
+
+def _single_wait(node: fx.Node) -> fx.Node | None:
+    users = list(node.users)
+    if len(users) == 1 and users[0].target is c10d.wait_tensor.default:
+        return users[0]
+    return None
+
+
+def _fusable_cast_source(input_node: fx.Node, consumer: fx.Node) -> fx.Node | None:
+    """The source of a dtype-only cast whose single user is `consumer`."""
+    if input_node.op != "call_function" or len(input_node.users) != 1:
+        return None
+    if next(iter(input_node.users)) is not consumer:
+        return None
+    target = input_node.target
+    if target is prims.convert_element_type.default:
+        src = input_node.args[0]
+    elif target is aten._to_copy.default:
+        extra = set(input_node.kwargs) - {"dtype"}
+        if extra or len(input_node.args) != 1:
+            return None
+        src = input_node.args[0]
+    else:
+        return None
+    if not isinstance(src, fx.Node):
+        return None
+    src_val = src.meta.get("val")
+    out_val = input_node.meta.get("val")
+    if not isinstance(src_val, torch.Tensor) or not isinstance(out_val, torch.Tensor):
+        return None
+    if src_val.device != out_val.device or _static_shape(src_val) is None:
+        return None
+    if src_val.dtype.is_complex or out_val.dtype.is_complex:
+        return None
+    return src
+
+
+def find_collectives(
+    graph: fx.Graph, kinds: tuple[str, ...], fuse_casts: bool
+) -> tuple[list[Collective], list[Skipped]]:
+    found: list[Collective] = []
+    skipped: list[Skipped] = []
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        kind = KIND_BY_TARGET.get(node.target)
+        if kind is None or kind not in kinds:
+            continue
+        record, reason = _describe(node, kind, fuse_casts)
+        if record is None:
+            skipped.append(Skipped(node.name, reason))
+        else:
+            found.append(record)
+    return found, skipped
+
+
+def _describe(node: fx.Node, kind: str, fuse_casts: bool) -> tuple[Collective | None, str]:
+    args = list(node.args)
+    inp = args[0]
+    if not isinstance(inp, fx.Node):
+        return None, "input is not a graph node"
+    if kind == "all_gather":
+        group_size, group_name, reduce_op = args[1], args[2], None
+    elif kind == "reduce_scatter":
+        reduce_op, group_size, group_name = args[1], args[2], args[3]
+    else:
+        reduce_op, group_name, group_size = args[1], args[2], 0
+    if node.kwargs:
+        return None, f"unexpected keyword arguments {sorted(node.kwargs)}"
+    if not isinstance(group_name, str):
+        return None, "group is not a constant name (graph input or object); left as is"
+    if not isinstance(group_size, int):
+        return None, "group size is not a constant int"
+    wait = _single_wait(node)
+    if wait is None:
+        return None, "result is not consumed by exactly one wait_tensor"
+    val = inp.meta.get("val")
+    shape = _static_shape(val)
+    if shape is None:
+        return None, "input has no static shape in meta['val'] (dynamic or missing)"
+    if val.dtype.is_complex and kind != "all_gather":
+        return None, "complex reductions are left as they are"
+    numel = 1
+    for s in shape:
+        numel *= s
+    itemsize = val.dtype.itemsize
+    if kind == "all_gather":
+        if not shape:
+            return None, "0-d all-gather input"
+        nbytes = numel * itemsize * group_size
+    elif kind == "reduce_scatter":
+        if not shape or group_size < 1 or shape[0] % group_size:
+            return None, "reduce-scatter input dim 0 is not divisible by the group size"
+        nbytes = numel * itemsize
+    else:
+        nbytes = numel * itemsize
+    cast_source = None
+    if kind == "all_gather" and fuse_casts:
+        cast_source = _fusable_cast_source(inp, node)
+    record = Collective(
+        kind=kind,
+        node=node,
+        wait=wait,
+        input=inp,
+        group_name=group_name,
+        group_size=group_size,
+        reduce_op=reduce_op,
+        dtype=val.dtype,
+        shape=shape,
+        nbytes=nbytes,
+        cast_source=cast_source,
+    )
+    return record, ""

@@ -1,0 +1,124 @@
+"""Validated options shared by `bucket_collectives` and `BucketingPass`.
+
+Every check runs when the options are built, so a bad value fails with a
+`ValueError` naming the option before any compile starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import numbers
+from collections.abc import Callable
+from typing import Union
+
+COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+
+# torch's own default cap is 2000 MB; we keep the same "merge generously" default.
+DEFAULT_BUCKET_CAP_MB = 2000.0
+DEFAULT_ALIGNMENT_BYTES = 16
+
+CapMB = Union[float, Callable[[int], float]]
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketingOptions:
+    collectives: tuple[str, ...] = COLLECTIVE_KINDS
+    multidtype: bool = True
+    bucket_cap_mb: CapMB = DEFAULT_BUCKET_CAP_MB
+    max_bucket_count: int | None = None
+    # Byte alignment of every member inside a multi-dtype all-gather chunk; the
+    # effective alignment of a member is max(alignment_bytes, its itemsize).
+    alignment_bytes: int = DEFAULT_ALIGNMENT_BYTES
+    # Fold a single-use dtype cast feeding an all-gather into the copy-in.
+    fuse_casts: bool = True
+
+    def __post_init__(self) -> None:
+        kinds = self.collectives
+        if isinstance(kinds, str) or not isinstance(kinds, (tuple, list, set, frozenset)):
+            raise ValueError(
+                f"collectives must be a sequence drawn from {COLLECTIVE_KINDS}, got {kinds!r}"
+            )
+        unknown = [k for k in kinds if k not in COLLECTIVE_KINDS]
+        if unknown:
+            raise ValueError(
+                f"collectives has unknown kind(s) {unknown!r}; expected a subset of {COLLECTIVE_KINDS}"
+            )
+        object.__setattr__(self, "collectives", tuple(k for k in COLLECTIVE_KINDS if k in kinds))
+        if not isinstance(self.multidtype, bool):
+            raise ValueError(f"multidtype must be a bool, got {self.multidtype!r}")
+        if not isinstance(self.fuse_casts, bool):
+            raise ValueError(f"fuse_casts must be a bool, got {self.fuse_casts!r}")
+        _check_cap(self.bucket_cap_mb)
+        count = self.max_bucket_count
+        if count is not None and (
+            isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1
+        ):
+            raise ValueError(f"max_bucket_count must be None or an int >= 1, got {count!r}")
+        align = self.alignment_bytes
+        if (
+            isinstance(align, bool)
+            or not isinstance(align, numbers.Integral)
+            or align < 1
+            or align & (align - 1)
+        ):
+            raise ValueError(f"alignment_bytes must be a power of two >= 1, got {align!r}")
+
+    def cap_bytes(self, bucket_index: int) -> float:
+        """The byte cap of the bucket with this index (in graph order, per kind)."""
+        cap = self.bucket_cap_mb
+        mb = cap(bucket_index) if callable(cap) else cap
+        if isinstance(mb, bool) or not isinstance(mb, numbers.Real) or not mb > 0:
+            raise ValueError(
+                f"bucket_cap_mb({bucket_index}) must return a positive number, got {mb!r}"
+            )
+        return float(mb) * 1024 * 1024
+
+    def fingerprint(self) -> str:
+        """A stable text that changes with any option (a callable cap by its code)."""
+        cap = self.bucket_cap_mb
+        cap_text = _callable_fingerprint(cap) if callable(cap) else repr(float(cap))
+        fields = (
+            self.collectives,
+            self.multidtype,
+            cap_text,
+            self.max_bucket_count,
+            self.alignment_bytes,
+            self.fuse_casts,
+        )
+        return repr(fields)
+
+
+def _check_cap(cap: object) -> None:
+    if callable(cap):
+        return
+    if isinstance(cap, bool) or not isinstance(cap, numbers.Real) or not cap > 0:
+        raise ValueError(
+            f"bucket_cap_mb must be a positive number or a callable(bucket_index) -> MB, got {cap!r}"
+        )
+
+
+def _callable_fingerprint(fn: Callable) -> str:
+    try:
+        text = inspect.getsource(fn)
+    except (OSError, TypeError):
+        code = getattr(fn, "__code__", None)
+        text = repr((code.co_code, code.co_consts)) if code is not None else repr(fn)
+    closure = getattr(fn, "__closure__", None) or ()
+    cells = []
+    for cell in closure:
+        try:
+            cells.append(repr(cell.cell_contents))
+        except ValueError:  # empty cell
+            cells.append("<empty>")
+    digest = hashlib.sha256((text + "|".join(cells)).encode()).hexdigest()
+    return f"callable:{getattr(fn, '__qualname__', type(fn).__name__)}:{digest}"
+
+
+def make_options(**kwargs) -> BucketingOptions:
+    names = {f.name for f in dataclasses.fields(BucketingOptions)}
+    unknown = sorted(set(kwargs) - names)
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown}; known options are {sorted(names)}")
+    return BucketingOptions(**kwargs)

@@ -1,0 +1,117 @@
+"""Re-sort a rewritten graph so every bucket is legal and overlaps what it can.
+
+A stable topological sort (Kahn's algorithm, ready nodes taken by priority):
+original nodes keep their old position as priority; a bucket's issue nodes
+take the position of its first member, so they run as soon as the last member
+input exists; wait and copy-out nodes take their first user's position, so they
+run just before it. Nodes with side effects stay in their segment: everything
+before a barrier stays before it and everything after stays after it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+
+import torch.fx as fx
+
+from .planning import is_barrier
+
+Priority = tuple
+
+
+class GraphSnapshot:
+    """Positions and barrier segments of the graph before the rewrite."""
+
+    def __init__(self, graph: fx.Graph):
+        self.position: dict[fx.Node, int] = {}
+        self.segment: dict[fx.Node, int] = {}
+        self.barriers: list[fx.Node] = []
+        for i, node in enumerate(graph.nodes):
+            self.position[node] = i
+            self.segment[node] = len(self.barriers)
+            if is_barrier(node):
+                self.barriers.append(node)
+
+    def first_use(self, node: fx.Node) -> int:
+        users = [self.position[u] for u in node.users if u in self.position]
+        return min(users) if users else self.position[node]
+
+
+def reorder(
+    graph: fx.Graph,
+    snapshot: GraphSnapshot,
+    issue_priority: dict[fx.Node, Priority],
+    issue_segment: dict[fx.Node, int],
+    fallback_priority: dict[fx.Node, Priority],
+) -> None:
+    """Move nodes into the stable topological order described above."""
+    nodes = list(graph.nodes)
+    priority: dict[fx.Node, Priority] = {}
+    new_nodes = []
+    for node in nodes:
+        pos = snapshot.position.get(node)
+        if pos is not None:
+            priority[node] = (pos, 0, 0)
+        elif node in issue_priority:
+            priority[node] = issue_priority[node]
+        else:
+            new_nodes.append(node)
+    # Wait and copy-out nodes: just before their earliest user. Users come later
+    # in creation order, so walking backwards sees every user first.
+    for node in reversed(new_nodes):
+        users = [priority[u] for u in node.users if u in priority]
+        if users:
+            first = min(users)
+            priority[node] = (first[0], first[1] - 1, first[2])
+        else:
+            priority[node] = fallback_priority[node]
+
+    successors: dict[fx.Node, list[fx.Node]] = defaultdict(list)
+    indegree = dict.fromkeys(nodes, 0)
+
+    def edge(a: fx.Node, b: fx.Node) -> None:
+        successors[a].append(b)
+        indegree[b] += 1
+
+    for node in nodes:
+        for inp in node.all_input_nodes:
+            edge(inp, node)
+    barriers = [b for b in snapshot.barriers if b in indegree]
+    if barriers:
+        barrier_index = {b: i for i, b in enumerate(barriers)}
+        for node in nodes:
+            seg = issue_segment.get(node, snapshot.segment.get(node))
+            if seg is None:
+                continue
+            if node in barrier_index:
+                if seg > 0:
+                    edge(barriers[seg - 1], node)
+                continue
+            if seg > 0:
+                edge(barriers[seg - 1], node)
+            if seg < len(barriers):
+                edge(node, barriers[seg])
+
+    tiebreak = {node: i for i, node in enumerate(nodes)}
+    ready = [(priority[n], tiebreak[n], n) for n in nodes if indegree[n] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, _, node = heapq.heappop(ready)
+        order.append(node)
+        for succ in successors[node]:
+            indegree[succ] -= 1
+            if indegree[succ] == 0:
+                heapq.heappush(ready, (priority[succ], tiebreak[succ], succ))
+    if len(order) != len(nodes):
+        raise RuntimeError("bucketing: rewritten graph has a cycle (planning bug)")
+
+    first = nodes[0]
+    if order[0] is not first:
+        first.prepend(order[0])
+    prev = order[0]
+    for node in order[1:]:
+        if prev.next is not node:
+            prev.append(node)
+        prev = node

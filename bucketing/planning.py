@@ -1,0 +1,125 @@
+"""Decide which collectives share a bucket. Reads the graph, never changes it.
+
+One walk over the nodes in graph order. Every node carries a bitmask of the
+buckets whose collectives it (transitively) depends on; a collective joins the
+open bucket of its key only if its own mask does not hold that bucket's bit.
+
+Merging turns a bucket into one issue node (after all member inputs) and one
+wait node (before every member's first user), so buckets can depend on each
+other through members added later. Two rules keep the merged graph acyclic:
+a bucket never takes a member that depends on it, and a bucket that another
+bucket comes to depend on is closed at once, so no dependency can ever point
+back into it (a cycle would need a closed bucket to grow).
+
+Nodes with side effects (mutations, seeded randomness, effect tokens) are
+barriers: everything before one stays before it, and a bucket never spans one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+import torch
+import torch.fx as fx
+
+from .collectives import Collective, Skipped
+from .options import BucketingOptions
+
+
+@dataclasses.dataclass
+class Bucket:
+    """Collectives merged into one; `index` counts buckets of one kind in graph order."""
+
+    index: int
+    kind: str
+    key: tuple
+    cap_bytes: float
+    members: list[Collective] = dataclasses.field(default_factory=list)
+    nbytes: int = 0  # payload bytes, the larger side of each member; padding excluded
+
+    @property
+    def group_name(self) -> str:
+        return self.members[0].group_name
+
+    @property
+    def reduce_op(self) -> str | None:
+        return self.members[0].reduce_op
+
+
+def bucket_key(c: Collective, multidtype: bool) -> tuple:
+    """(kind, group name, reduce op, dtype); dtype is None for multi-dtype all-gathers."""
+    dtype = None if (c.kind == "all_gather" and multidtype) else c.dtype
+    return (c.kind, c.group_name, c.reduce_op, dtype)
+
+
+def is_barrier(node: fx.Node) -> bool:
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        schema = target._schema
+        return schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return target.name() == "with_effects"
+    return False
+
+
+def plan_buckets(
+    graph: fx.Graph, collectives: list[Collective], options: BucketingOptions
+) -> tuple[list[Bucket], list[Skipped]]:
+    """All buckets in order of their first member, singletons included."""
+    by_node = {c.node: c for c in collectives}
+    buckets: list[Bucket] = []
+    skipped: list[Skipped] = []
+    open_by_key: dict[tuple, int] = {}
+    next_index: dict[str, int] = defaultdict(int)
+    masks: dict[fx.Node, int] = {}
+    barrier_mask = 0
+    everything = 0  # union of all masks so far: what a barrier depends on
+
+    def close_dependencies(mask: int, keep: int) -> None:
+        for key, bid in list(open_by_key.items()):
+            if bid != keep and (mask >> bid) & 1:
+                del open_by_key[key]
+
+    def assign(c: Collective, mask: int) -> int | None:
+        key = bucket_key(c, options.multidtype)
+        bid = open_by_key.get(key)
+        if bid is not None:
+            bucket = buckets[bid]
+            fits = bucket.nbytes + c.nbytes <= bucket.cap_bytes
+            room = options.max_bucket_count is None or len(bucket.members) < options.max_bucket_count
+            if fits and room and not (mask >> bid) & 1:
+                bucket.members.append(c)
+                bucket.nbytes += c.nbytes
+                close_dependencies(mask, bid)
+                return bid
+            del open_by_key[key]
+        index = next_index[c.kind]
+        cap = options.cap_bytes(index)
+        if c.nbytes > cap:
+            skipped.append(Skipped(c.node.name, f"{c.nbytes} bytes alone exceed the cap of bucket {index}"))
+            return None
+        next_index[c.kind] += 1
+        bid = len(buckets)
+        buckets.append(Bucket(index, c.kind, key, cap, [c], c.nbytes))
+        open_by_key[key] = bid
+        close_dependencies(mask, bid)
+        return bid
+
+    for node in graph.nodes:
+        mask = barrier_mask
+        for inp in node.all_input_nodes:
+            mask |= masks[inp]
+        c = by_node.get(node)
+        if c is not None:
+            bid = assign(c, mask)
+            if bid is not None:
+                mask |= 1 << bid
+        if is_barrier(node):
+            mask |= everything
+            barrier_mask = mask
+        everything |= mask
+        masks[node] = mask
+    return buckets, skipped

@@ -1,0 +1,115 @@
+"""What a bucketing run did: the plan record, its text form, and its log lines."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+
+import torch
+
+from .collectives import Skipped
+
+log = logging.getLogger("bucketing")
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketReport:
+    """One merged collective."""
+
+    index: int  # per kind, in graph order
+    kind: str  # "all_gather" | "reduce_scatter" | "all_reduce"
+    group: str
+    reduce_op: str | None
+    dtypes: tuple[str, ...]  # distinct member dtypes, in member order
+    members: tuple[str, ...]  # names of the member collective nodes
+    nbytes: int  # payload: sum of each member's larger side
+    padding_bytes: int  # alignment padding moved by the merged collective
+    collective: str  # name of the merged collective node
+
+    def line(self) -> str:
+        op = f" {self.reduce_op}" if self.reduce_op else ""
+        return (
+            f"{self.kind}[{self.index}] group={self.group}{op} members={len(self.members)} "
+            f"dtypes={','.join(self.dtypes)} bytes={self.nbytes} padding={self.padding_bytes} "
+            f"-> {self.collective}"
+        )
+
+
+@dataclasses.dataclass
+class Plan:
+    buckets: list[BucketReport]
+    skipped: list[Skipped]  # collectives left as they were, with why
+    seconds: float = 0.0
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for b in self.buckets:
+            out[b.kind] = out.get(b.kind, 0) + 1
+        return out
+
+    def signature(self) -> list[tuple]:
+        """What must agree across ranks: kinds, groups, ops, dtypes, members, bytes."""
+        return [(b.kind, b.group, b.reduce_op, b.dtypes, b.members, b.nbytes, b.padding_bytes) for b in self.buckets]
+
+
+def describe(emitted) -> BucketReport:
+    bucket = emitted.bucket
+    dtypes: list[str] = []
+    for m in bucket.members:
+        name = str(m.dtype).removeprefix("torch.")
+        if name not in dtypes:
+            dtypes.append(name)
+    return BucketReport(
+        index=bucket.index,
+        kind=bucket.kind,
+        group=bucket.group_name,
+        reduce_op=bucket.reduce_op,
+        dtypes=tuple(dtypes),
+        members=tuple(m.node.name for m in bucket.members),
+        nbytes=bucket.nbytes,
+        padding_bytes=emitted.padding_bytes,
+        collective=emitted.collective.name,
+    )
+
+
+def skipped_members(bucket, reason: str) -> list[Skipped]:
+    return [Skipped(m.node.name, reason) for m in bucket.members]
+
+
+def explain(plan_or_gm, **options) -> str:
+    """A readable multi-line report of a plan (or of the plan `options` give a graph)."""
+    if isinstance(plan_or_gm, Plan):
+        plan = plan_or_gm
+    else:
+        import copy
+
+        from .core import bucket_collectives
+
+        gm = copy.deepcopy(plan_or_gm)
+        plan = bucket_collectives(gm, **options)
+    lines = [f"bucketing plan: {len(plan.buckets)} bucket(s), {len(plan.skipped)} collective(s) left as they were"]
+    for b in plan.buckets:
+        lines.append("  " + b.line())
+        lines.append("    members: " + " ".join(b.members))
+    for s in plan.skipped:
+        lines.append(f"  left {s.node_name}: {s.reason}")
+    return "\n".join(lines)
+
+
+def publish(plan: Plan) -> None:
+    for b in plan.buckets:
+        log.info("bucketing: %s", b.line())
+    for s in plan.skipped:
+        log.info("bucketing: left %s: %s", s.node_name, s.reason)
+    if plan.buckets or plan.skipped:
+        torch._logging.trace_structured(
+            "artifact",
+            metadata_fn=lambda: {"name": "bucketing_plan", "encoding": "json"},
+            payload_fn=lambda: json.dumps(
+                {
+                    "buckets": [dataclasses.asdict(b) for b in plan.buckets],
+                    "skipped": [dataclasses.asdict(s) for s in plan.skipped],
+                }
+            ),
+        )

@@ -1,0 +1,195 @@
+"""Turn each planned bucket into one copy-in, one collective, one wait and copy-outs.
+
+Nodes are emitted with `graph.call_function` and given `meta["val"]` by running
+each op under the graph's fake mode; no tracing per bucket. Placement is left to
+`ordering.reorder`, which issues each bucket once its inputs exist and waits
+right before the first user of any member.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode, maybe_get_fake_mode
+
+from . import ops
+from .layout import plan_chunk
+from .planning import Bucket
+
+log = logging.getLogger("bucketing")
+
+c10d = torch.ops._c10d_functional
+aten = torch.ops.aten
+
+
+@dataclasses.dataclass
+class EmittedBucket:
+    """The nodes that replace one bucket, with what `ordering` needs to place them."""
+
+    bucket: Bucket
+    issue_nodes: list[fx.Node]  # copy-in .. collective: placed once inputs exist
+    wait_nodes: list[fx.Node]  # wait (+ shared views): placed before the first user
+    outputs: list[fx.Node | None]  # per member: the node replacing its wait
+    padding_bytes: int = 0  # over the whole gathered buffer
+    collective: fx.Node | None = None
+
+
+class MetaEvaluator:
+    """Computes `meta["val"]` of new nodes under the graph's fake mode."""
+
+    def __init__(self, graph: fx.Graph):
+        self.mode = None
+        for node in graph.nodes:
+            mode = maybe_get_fake_mode(node.meta.get("val"))
+            if mode is not None:
+                self.mode = mode
+                break
+        self.owns_mode = self.mode is None
+        if self.owns_mode:
+            self.mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self._converted: dict[fx.Node, torch.Tensor] = {}
+
+    def val(self, node: fx.Node) -> torch.Tensor:
+        v = node.meta["val"]
+        if self.owns_mode and not isinstance(v, torch._subclasses.FakeTensor):
+            cached = self._converted.get(node)
+            if cached is None:
+                cached = self.mode.from_tensor(v)
+                self._converted[node] = cached
+            return cached
+        return v
+
+    def call(self, graph: fx.Graph, target, args: tuple, created: list[fx.Node]) -> fx.Node:
+        fake_args = fx.node.map_arg(args, self.val)
+        with self.mode:
+            val = target(*fake_args)
+        node = graph.call_function(target, args)
+        node.meta["val"] = val
+        created.append(node)
+        return node
+
+
+def emit_bucket(graph: fx.Graph, bucket: Bucket, meta: MetaEvaluator, alignment: int) -> EmittedBucket:
+    created: list[fx.Node] = []
+    try:
+        emit = {
+            "all_gather": _emit_all_gather,
+            "reduce_scatter": _emit_reduce_scatter,
+            "all_reduce": _emit_all_reduce,
+        }[bucket.kind]
+        return emit(graph, bucket, meta, alignment, created)
+    except Exception:
+        for node in reversed(created):
+            graph.erase_node(node)
+        raise
+
+
+def _users_count(c) -> int:
+    return len(c.wait.users)
+
+
+def _emit_all_gather(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int, created) -> EmittedBucket:
+    members = bucket.members
+    world = members[0].group_size
+    layout = plan_chunk([(m.numel * m.dtype.itemsize, m.dtype.itemsize) for m in members], alignment)
+    sources = [m.cast_source if m.cast_source is not None else m.input for m in members]
+    copy_in = meta.call(
+        graph,
+        torch.ops.bucketing_ops.all_gather_copy_in.default,
+        (
+            sources,
+            [s.offset for s in layout.slots],
+            ops.dtype_names(m.dtype for m in members),
+            layout.chunk_bytes,
+        ),
+        created,
+    )
+    gathered = meta.call(graph, c10d.all_gather_into_tensor.default, (copy_in, world, bucket.group_name), created)
+    issue = list(created)
+    wait = meta.call(graph, c10d.wait_tensor.default, (gathered,), created)
+    grid = meta.call(graph, aten.view.default, (wait, [world, layout.chunk_bytes]), created)
+    waits = [wait, grid]
+    outputs: list[fx.Node | None] = []
+    for m, slot in zip(members, layout.slots):
+        if not _users_count(m):
+            outputs.append(None)
+            continue
+        out_shape = [world * m.shape[0], *m.shape[1:]]
+        part = meta.call(graph, aten.slice.Tensor, (grid, 1, slot.offset, slot.offset + slot.nbytes), created)
+        if m.dtype != torch.uint8:
+            part = meta.call(graph, aten.view.dtype, (part, m.dtype), created)
+        outputs.append(meta.call(graph, aten.reshape.default, (part, out_shape), created))
+    return EmittedBucket(bucket, issue, waits, outputs, layout.padding_bytes * world, gathered)
+
+
+def _flat_parts(graph, bucket: Bucket, meta: MetaEvaluator, created, rows: int) -> list[fx.Node]:
+    """Each member input as a [rows, numel / rows] tensor (a view when contiguous)."""
+    parts = []
+    for m in bucket.members:
+        shape = [rows, m.numel // rows] if rows > 1 else [m.numel]
+        parts.append(meta.call(graph, aten.reshape.default, (m.input, shape), created))
+    return parts
+
+
+def _emit_reduce_scatter(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int, created) -> EmittedBucket:
+    members = bucket.members
+    world = members[0].group_size
+    # Row r of the packed [world, total] tensor is what rank r receives: its
+    # slice of every member, back to back.
+    parts = _flat_parts(graph, bucket, meta, created, world)
+    packed = meta.call(graph, aten.cat.default, (parts, 1 if world > 1 else 0), created)
+    total = sum(m.numel // world for m in members)
+    flat = meta.call(graph, aten.view.default, (packed, [world * total]), created)
+    scattered = meta.call(
+        graph,
+        c10d.reduce_scatter_tensor.default,
+        (flat, bucket.reduce_op, world, bucket.group_name),
+        created,
+    )
+    issue = list(created)
+    wait = meta.call(graph, c10d.wait_tensor.default, (scattered,), created)
+    outputs = _split_outputs(
+        graph, meta, created, wait, members, [m.numel // world for m in members],
+        [[m.shape[0] // world, *m.shape[1:]] for m in members],
+    )
+    return EmittedBucket(bucket, issue, [wait], outputs, 0, scattered)
+
+
+def _emit_all_reduce(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int, created) -> EmittedBucket:
+    members = bucket.members
+    parts = _flat_parts(graph, bucket, meta, created, 1)
+    flat = meta.call(graph, aten.cat.default, (parts,), created)
+    reduced = meta.call(graph, c10d.all_reduce.default, (flat, bucket.reduce_op, bucket.group_name), created)
+    issue = list(created)
+    wait = meta.call(graph, c10d.wait_tensor.default, (reduced,), created)
+    outputs = _split_outputs(
+        graph, meta, created, wait, members, [m.numel for m in members], [list(m.shape) for m in members]
+    )
+    return EmittedBucket(bucket, issue, [wait], outputs, 0, reduced)
+
+
+def _split_outputs(graph, meta, created, flat_result, members, numels, shapes) -> list[fx.Node | None]:
+    outputs: list[fx.Node | None] = []
+    offset = 0
+    for m, numel, shape in zip(members, numels, shapes):
+        if _users_count(m):
+            part = meta.call(graph, aten.slice.Tensor, (flat_result, 0, offset, offset + numel), created)
+            outputs.append(meta.call(graph, aten.view.default, (part, shape), created))
+        else:
+            outputs.append(None)
+        offset += numel
+    return outputs
+
+
+def replace_members(graph: fx.Graph, emitted: EmittedBucket) -> None:
+    """Point every user of a member's wait at the copy-out; drop the old nodes."""
+    for m, out in zip(emitted.bucket.members, emitted.outputs):
+        if out is not None:
+            m.wait.replace_all_uses_with(out)
+        graph.erase_node(m.wait)
+        graph.erase_node(m.node)
+        if m.cast_source is not None and not m.input.users:
+            graph.erase_node(m.input)

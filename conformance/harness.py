@@ -1,0 +1,134 @@
+"""FX-level checks, run on every rank of a pool (see pool.py).
+
+Each rank traces the case program under fake mode with the real process group,
+applies the pass under test to one copy, runs both graphs for real and compares
+every output byte for byte. The rank returns what the test process needs to
+judge: collective counts before and after, the first differing byte, the plan
+text, and a digest of the rewritten graph (all ranks must build the same one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+import torch.distributed as dist
+import torch.fx as fx
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from . import adapters, catalog
+from .programs import GLOO_UNSUPPORTED, build, make_inputs
+
+c10d = torch.ops._c10d_functional
+aten = torch.ops.aten
+
+KIND_BY_TARGET = {
+    c10d.all_gather_into_tensor.default: "all_gather",
+    c10d.all_gather_into_tensor_out.default: "all_gather",
+    c10d.reduce_scatter_tensor.default: "reduce_scatter",
+    c10d.all_reduce.default: "all_reduce",
+}
+
+
+def count_collectives(graph: fx.Graph) -> dict[str, int]:
+    counts = {"all_gather": 0, "reduce_scatter": 0, "all_reduce": 0}
+    for node in graph.nodes:
+        kind = KIND_BY_TARGET.get(node.target)
+        if kind:
+            counts[kind] += 1
+    return counts
+
+
+def _as_bytes(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous().view(torch.uint8)
+
+
+def _from_bytes(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return x.view(dtype)
+
+
+def gather_bytes_where_unsupported(gm: fx.GraphModule, backend: str) -> None:
+    """gloo cannot gather fp8 or int16: gather their bytes and view them back."""
+    if backend != "gloo":
+        return
+    graph = gm.graph
+    changed = False
+    for node in list(graph.nodes):
+        if node.target is not c10d.all_gather_into_tensor.default:
+            continue
+        inp = node.args[0]
+        dtype = inp.meta["val"].dtype
+        if dtype not in GLOO_UNSUPPORTED:
+            continue
+        wait = next(iter(node.users))
+        with graph.inserting_before(node):
+            as_bytes = graph.call_function(_as_bytes, (inp,))
+        node.args = (as_bytes, *node.args[1:])
+        with graph.inserting_after(wait):
+            back = graph.call_function(_from_bytes, (wait, dtype))
+        wait.replace_all_uses_with(back, delete_user_cb=lambda u: u is not back)
+        changed = True
+    if changed:
+        gm.recompile()
+
+
+def first_difference(expected, actual) -> tuple[int, int, str] | None:
+    """(output index, byte offset, what) of the first mismatch, or None."""
+    if len(expected) != len(actual):
+        return (-1, -1, f"{len(expected)} outputs expected, {len(actual)} produced")
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        if e.dtype != a.dtype or e.shape != a.shape:
+            return (i, -1, f"{e.dtype}{list(e.shape)} expected, {a.dtype}{list(a.shape)} produced")
+        eb, ab = _as_bytes(e).reshape(-1).cpu(), _as_bytes(a).reshape(-1).cpu()
+        diff = (eb != ab).nonzero()
+        if diff.numel():
+            off = int(diff[0])
+            return (i, off, f"byte {off}: expected {int(eb[off])}, got {int(ab[off])}")
+    return None
+
+
+def trace(case: catalog.Case, groups: dict, inputs) -> fx.GraphModule:
+    return make_fx(build(case.steps, groups), tracing_mode="fake")(*inputs)
+
+
+def run_fx_case(ctx, case_id: str, adapter_spec: str) -> dict:
+    """Rank task: the FX-level check of one catalog case."""
+    case, world = catalog.get(case_id)
+    assert world == ctx.world_size, (case_id, ctx.world_size)
+    adapter = adapters.load(adapter_spec)
+    inputs = make_inputs(case.steps, ctx.groups, case.name, ctx.rank, ctx.device)
+    reference = trace(case, ctx.groups, inputs)
+    gm = trace(case, ctx.groups, inputs)
+    before = count_collectives(gm.graph)
+    plan = adapter.apply_fx(gm, **case.options_for(world))
+    gm.graph.lint()
+    gm.recompile()
+    after = count_collectives(gm.graph)
+    code = gm.code
+    plan_text = _plan_text(plan)
+    gather_bytes_where_unsupported(reference, ctx.backend)
+    gather_bytes_where_unsupported(gm, ctx.backend)
+    expected = reference(*inputs)
+    actual = gm(*inputs)
+    diff = first_difference(expected, actual)
+    digest = hashlib.sha256(code.encode()).hexdigest()
+    digests = [None] * world
+    dist.all_gather_object(digests, digest)
+    return {
+        "before": before,
+        "after": after,
+        "diff": diff,
+        "plan": plan_text,
+        "same_graph_on_all_ranks": len(set(digests)) == 1,
+    }
+
+
+def _plan_text(plan) -> str:
+    try:
+        from bucketing.report import Plan, explain
+
+        if isinstance(plan, Plan):
+            return explain(plan)
+    except ImportError:
+        pass
+    return "" if plan is None else repr(plan)

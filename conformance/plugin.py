@@ -1,0 +1,66 @@
+"""pytest plugin (entry point `pytest11`): pass selection and shared rank pools."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("bucketing conformance")
+    group.addoption(
+        "--bucketing-pass",
+        default="project",
+        help="pass under test: project | torch | identity | module:object (default: project)",
+    )
+    group.addoption(
+        "--conformance-device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="device of the tensors; cuda uses NCCL when enough GPUs are visible",
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long-running; excluded from the default run")
+    config.addinivalue_line("markers", "inductor: compiles through torch.compile/Inductor")
+    config.addinivalue_line("markers", "gpu: needs a CUDA device")
+
+
+class PoolSet:
+    """One rank pool per (world size, backend), started on first use."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.pools = {}
+
+    def get(self, world_size: int, backend: str | None = None):
+        from .pool import RankPool
+
+        backend = backend or ("nccl" if self.device == "cuda" else "gloo")
+        key = (world_size, backend)
+        if key not in self.pools:
+            self.pools[key] = RankPool(world_size, backend, self.device)
+        return self.pools[key]
+
+    def close(self):
+        for pool in self.pools.values():
+            pool.close()
+
+
+@pytest.fixture(scope="session")
+def bucketing_adapter(request):
+    from .adapters import load
+
+    return load(request.config.getoption("--bucketing-pass"))
+
+
+@pytest.fixture(scope="session")
+def conformance_device(request):
+    return request.config.getoption("--conformance-device")
+
+
+@pytest.fixture(scope="session")
+def rank_pools(conformance_device):
+    pools = PoolSet(conformance_device)
+    yield pools
+    pools.close()

@@ -1,0 +1,117 @@
+"""Collective programs as data, and the interpreter that turns them into functions.
+
+A program is a list of `Step`s. Each step issues one functional collective on
+an input tensor (optionally cast, sliced, or made to depend on an earlier
+result first) and either returns the result directly or feeds it to a little
+compute right away (a user sitting between collectives).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+
+import torch
+
+c10d = torch.ops._c10d_functional
+
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+# gloo has no collectives for these; the harness gathers their bytes instead.
+GLOO_UNSUPPORTED = (*FP8, torch.int16)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    kind: str  # "all_gather" | "reduce_scatter" | "all_reduce"
+    dtype: torch.dtype
+    shape: tuple[int, ...]  # per-rank input shape (reduce-scatter: dim 0 is per-rank, times world)
+    group: str = "world"
+    reduce_op: str = "sum"
+    cast_from: torch.dtype | None = None  # input arrives in this dtype and is cast first
+    slice_input: bool = False  # input is a strided slice of a larger tensor
+    depends_on: int | None = None  # input is mixed with the result of this earlier step
+    use_now: bool = False  # consume the result right after the collective
+
+    def input_shape(self, group_size: int) -> tuple[int, ...]:
+        if self.kind == "reduce_scatter":
+            return (self.shape[0] * group_size, *self.shape[1:])
+        return self.shape
+
+
+def consume(t: torch.Tensor) -> torch.Tensor:
+    """Exact, dtype-safe compute on a result."""
+    if t.dtype == torch.bool:
+        return torch.logical_not(t)
+    if t.dtype in FP8:
+        return t.to(torch.float32) * 2
+    if t.dtype.is_floating_point:
+        return t * 2
+    return t + 1
+
+
+def mix(x: torch.Tensor, earlier: torch.Tensor) -> torch.Tensor:
+    """Make `x` depend on `earlier` without changing its dtype, shape or value."""
+    if earlier.numel() == 0:
+        return x
+    zero = earlier.reshape(-1)[0].to(torch.float32) * 0
+    if x.dtype == torch.bool:
+        return torch.logical_xor(x, zero.to(torch.bool))
+    if x.dtype in FP8:
+        return (x.to(torch.float32) + zero).to(x.dtype)
+    return x + zero.to(x.dtype)
+
+
+def group_info(groups: dict, name: str) -> tuple[str, int]:
+    group_name, size, _ = groups[name]
+    return group_name, size
+
+
+def build(steps: tuple[Step, ...], groups: dict):
+    """The program as a function of the rank-local input tensors."""
+
+    def program(*inputs):
+        results = []
+        outputs = []
+        for step, x in zip(steps, inputs):
+            group_name, size = group_info(groups, step.group)
+            if step.slice_input:
+                x = x[::2]
+            if step.cast_from is not None:
+                x = x.to(step.dtype)
+            if step.depends_on is not None:
+                x = mix(x, results[step.depends_on])
+            if step.kind == "all_gather":
+                r = c10d.all_gather_into_tensor(x, size, group_name)
+            elif step.kind == "reduce_scatter":
+                r = c10d.reduce_scatter_tensor(x, step.reduce_op, size, group_name)
+            else:
+                r = c10d.all_reduce(x, step.reduce_op, group_name)
+            r = c10d.wait_tensor(r)
+            results.append(r)
+            outputs.append(consume(r) if step.use_now else r)
+        return tuple(outputs)
+
+    return program
+
+
+def make_inputs(steps: tuple[Step, ...], groups: dict, seed_text: str, rank: int, device: str = "cpu"):
+    """Rank-local inputs. Reductions get small integers so sums are exact in any order."""
+    gen = torch.Generator().manual_seed(zlib.crc32(seed_text.encode()) * 31 + rank)
+    inputs = []
+    for step in steps:
+        _, size = group_info(groups, step.group)
+        shape = step.input_shape(size)
+        if step.slice_input:
+            shape = (shape[0] * 2, *shape[1:])
+        dtype = step.cast_from or step.dtype
+        if step.kind != "all_gather":
+            t = torch.randint(-3, 4, shape, generator=gen).to(dtype)
+        elif dtype == torch.bool:
+            t = torch.randint(0, 2, shape, generator=gen).to(torch.bool)
+        elif dtype.is_floating_point:
+            t = torch.randn(shape, generator=gen).to(dtype)
+        else:
+            info = torch.iinfo(dtype)
+            t = torch.randint(max(info.min, -(2**31)), min(info.max, 2**31 - 1), shape, generator=gen).to(dtype)
+        inputs.append(t.to(device))
+    return inputs
