@@ -58,4 +58,6 @@ def plan_chunk(member_nbytes_and_itemsize: list[tuple[int, int]], alignment: int
         offset = align_up(offset, member_alignment)
         slots.append(MemberSlot(offset, nbytes))
         offset += nbytes
-    return ChunkLayout(tuple(slots), align_up(offset, chunk_alignment), chunk_alignment)
+    # Never an empty chunk: a [world, 0] byte grid cannot be viewed as wider dtypes.
+    chunk_bytes = max(align_up(offset, chunk_alignment), chunk_alignment)
+    return ChunkLayout(tuple(slots), chunk_bytes, chunk_alignment)

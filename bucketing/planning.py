@@ -95,10 +95,10 @@ def plan_buckets(
                 bucket.nbytes += c.nbytes
                 close_dependencies(mask, bid)
                 return bid
-            del open_by_key[key]
         index = next_index[c.kind]
         cap = options.cap_bytes(index)
         if c.nbytes > cap:
+            # Too big for any new bucket: it stays as it was, and the open bucket stays open.
             skipped.append(Skipped(c.node.name, f"{c.nbytes} bytes alone exceed the cap of bucket {index}"))
             return None
         next_index[c.kind] += 1

@@ -47,20 +47,21 @@ class MetaEvaluator:
             if mode is not None:
                 self.mode = mode
                 break
-        self.owns_mode = self.mode is None
-        if self.owns_mode:
-            self.mode = FakeTensorMode(allow_non_fake_inputs=True)
+        if self.mode is None:
+            self.mode = FakeTensorMode()
         self._converted: dict[fx.Node, torch.Tensor] = {}
 
     def val(self, node: fx.Node) -> torch.Tensor:
         v = node.meta["val"]
-        if self.owns_mode and not isinstance(v, torch._subclasses.FakeTensor):
-            cached = self._converted.get(node)
-            if cached is None:
-                cached = self.mode.from_tensor(v)
-                self._converted[node] = cached
-            return cached
-        return v
+        if maybe_get_fake_mode(v) is self.mode:
+            return v
+        # Real values, or fakes of another mode: a fresh fake with the same metadata.
+        cached = self._converted.get(node)
+        if cached is None:
+            with self.mode:
+                cached = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device)
+            self._converted[node] = cached
+        return cached
 
     def call(self, graph: fx.Graph, target, args: tuple, created: list[fx.Node]) -> fx.Node:
         fake_args = fx.node.map_arg(args, self.val)

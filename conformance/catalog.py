@@ -101,6 +101,7 @@ def _cases() -> list[Case]:
         steps = (ag(bf16, n_bf), ag(f32, n_f), ag(bf16, n_f), ag(f32, n_bf))
         add(Case(f"ag-bf16-f32-{label}", steps, {"all_gather": 1}))
 
+    add(Case("ag-all-empty", (ag(bf16, 0), ag(f32, 0, 3), ag(i8, 0)), {"all_gather": 1}))
     add(Case("ag-3way", (ag(bf16, 5), ag(f32, 3), ag(e4m3, 7), ag(bf16, 1), ag(e4m3, 2)), {"all_gather": 1}))
     eight = (bf16, f16, f32, f64, e4m3, i8, i32, b)
     add(Case("ag-8way", tuple(ag(d, 3 + i) for i, d in enumerate(eight)), {"all_gather": 1}))

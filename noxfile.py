@@ -1,0 +1,71 @@
+"""Sessions: tests (default, CPU), conformance, lint, gpu_tests, demo, bench.
+
+torch is installed explicitly and pinned: a bare `torch` would pull a CUDA
+build of several GB. Override with BUCKETING_TORCH, e.g. BUCKETING_TORCH="torch==2.11.0".
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+TORCH = os.environ.get("BUCKETING_TORCH", "torch==2.13.0")
+RANK_ENV = {"OMP_NUM_THREADS": "1"}  # 2 cores: oversubscribed OpenMP spins ruin timings
+
+
+def _install(session: nox.Session, extras: str = "test") -> None:
+    session.install(TORCH)
+    session.install("-e", f".[{extras}]")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Unit tests, the FX-level conformance catalog, the Inductor subset and codegen checks (CPU, gloo)."""
+    _install(session)
+    session.run(
+        "pytest", "-n", "2", "-m", "not slow and not gpu", "--durations=15", *session.posargs, env=RANK_ENV
+    )
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """The conformance suite alone; pass e.g. `-- --bucketing-pass=torch`."""
+    _install(session)
+    session.run("pytest", "-n", "2", "-m", "not gpu", "conformance", *session.posargs, env=RANK_ENV)
+
+
+@nox.session
+def slow(session: nox.Session) -> None:
+    """Long-running tests excluded from the default run."""
+    _install(session)
+    session.run("pytest", "-n", "2", "-m", "slow", *session.posargs, env=RANK_ENV)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", "bucketing", "conformance", "tests", "benchmarks", "noxfile.py")
+
+
+@nox.session(venv_backend="none")
+def gpu_tests(session: nox.Session) -> None:
+    """CUDA conformance on the ambient Python: installs nothing (GPU machines bring their own torch)."""
+    session.run("python", "-m", "conformance.gpu_entry", *session.posargs, env=RANK_ENV)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The main job: bucket one FSDP-style training step on 2 gloo ranks and report."""
+    _install(session, "test")
+    session.run("python", "-m", "bucketing.demo", *session.posargs, env=RANK_ENV)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Pass cost and compiled-step benchmarks; writes results/ (CSV, PNG, Markdown)."""
+    _install(session, "test,bench")
+    session.run("python", "-m", "benchmarks.run_all", *session.posargs, env=RANK_ENV)

@@ -1,0 +1,65 @@
+import pytest
+
+import bucketing.core as bc
+from bucketing.options import make_options
+
+
+@pytest.mark.parametrize(
+    "options, name",
+    [
+        ({"bucket_cap_mb": 0}, "bucket_cap_mb"),
+        ({"bucket_cap_mb": -1.0}, "bucket_cap_mb"),
+        ({"bucket_cap_mb": "64"}, "bucket_cap_mb"),
+        ({"bucket_cap_mb": True}, "bucket_cap_mb"),
+        ({"collectives": ("all_gather", "all_to_all")}, "collectives"),
+        ({"collectives": "all_gather"}, "collectives"),
+        ({"max_bucket_count": 0}, "max_bucket_count"),
+        ({"max_bucket_count": 1.5}, "max_bucket_count"),
+        ({"multidtype": "yes"}, "multidtype"),
+        ({"alignment_bytes": 12}, "alignment_bytes"),
+        ({"alignment_bytes": 0}, "alignment_bytes"),
+        ({"fuse_casts": 1}, "fuse_casts"),
+        ({"bucket_size": 3}, "bucket_size"),
+    ],
+)
+def test_bad_option_names_itself_at_construction(options, name):
+    with pytest.raises(ValueError, match=name):
+        bc.BucketingPass(**options)
+    with pytest.raises(ValueError, match=name):
+        make_options(**options)
+
+
+def test_bucket_collectives_validates_before_touching_the_graph():
+    import torch.fx as fx
+
+    gm = fx.GraphModule({}, fx.Graph())
+    with pytest.raises(ValueError, match="max_bucket_count"):
+        bc.bucket_collectives(gm, max_bucket_count=-3)
+
+
+def test_callable_cap_returning_garbage_names_the_option():
+    opts = make_options(bucket_cap_mb=lambda i: -1)
+    with pytest.raises(ValueError, match="bucket_cap_mb"):
+        opts.cap_bytes(0)
+
+
+def test_uuid_is_stable_and_tracks_every_option():
+    base = bc.BucketingPass(bucket_cap_mb=64.0)
+    assert base.uuid() == bc.BucketingPass(bucket_cap_mb=64.0).uuid()
+    variants = [
+        bc.BucketingPass(bucket_cap_mb=65.0),
+        bc.BucketingPass(bucket_cap_mb=64.0, multidtype=False),
+        bc.BucketingPass(bucket_cap_mb=64.0, max_bucket_count=8),
+        bc.BucketingPass(bucket_cap_mb=64.0, collectives=("all_gather",)),
+        bc.BucketingPass(bucket_cap_mb=64.0, alignment_bytes=32),
+        bc.BucketingPass(bucket_cap_mb=64.0, fuse_casts=False),
+        bc.BucketingPass(bucket_cap_mb=lambda i: 64.0),
+    ]
+    uuids = {v.uuid() for v in variants} | {base.uuid()}
+    assert len(uuids) == len(variants) + 1
+
+
+def test_callable_caps_with_different_code_differ():
+    a = bc.BucketingPass(bucket_cap_mb=lambda i: 1.0 if i == 0 else 64.0)
+    b = bc.BucketingPass(bucket_cap_mb=lambda i: 2.0 if i == 0 else 64.0)
+    assert a.uuid() != b.uuid()

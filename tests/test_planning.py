@@ -1,0 +1,143 @@
+"""Planning on traced graphs: keys, caps, count caps, dependencies, determinism."""
+
+import torch
+
+import bucketing.core as bc
+from bucketing.collectives import find_collectives
+from bucketing.options import make_options
+from bucketing.planning import plan_buckets
+
+from .conftest import WORLD, ag, ar, rs, trace
+
+bf16, f32 = torch.bfloat16, torch.float32
+
+
+def _plan(gm, **options):
+    opts = make_options(**options)
+    found, _ = find_collectives(gm.graph, opts.collectives, opts.fuse_casts)
+    buckets, skipped = plan_buckets(gm.graph, found, opts)
+    return [[m.node.name for m in b.members] for b in buckets], skipped
+
+
+def test_multidtype_all_gathers_share_a_key(group_name):
+    gm = trace(lambda a, b, c: (ag(a, group_name), ag(b, group_name), ag(c, group_name)),
+               ((3,), bf16), ((5,), f32), ((2,), bf16))
+    buckets, _ = _plan(gm)
+    assert len(buckets) == 1 and len(buckets[0]) == 3
+    per_dtype, _ = _plan(gm, multidtype=False)
+    assert sorted(map(len, per_dtype)) == [1, 2]  # bf16 members merged across the f32 one
+
+
+def test_reductions_never_mix_dtypes_or_ops(group_name):
+    gm = trace(
+        lambda a, b, c, d: (rs(a, group_name), rs(b, group_name), rs(c, group_name, "max"), ar(d, group_name)),
+        ((8,), bf16), ((8,), f32), ((8,), bf16), ((8,), bf16),
+    )
+    buckets, _ = _plan(gm)
+    assert sorted(map(len, buckets)) == [1, 1, 1, 1]
+
+
+def test_cap_is_inclusive_and_one_byte_less_splits(group_name):
+    # Four f32 all-gathers of 16 elements: 16 * 4 * WORLD bytes each, gathered.
+    gm = trace(lambda *xs: tuple(ag(x, group_name) for x in xs), *[((16,), f32)] * 4)
+    total = 4 * 16 * 4 * WORLD
+    exact, _ = _plan(gm, bucket_cap_mb=total / 2**20)
+    assert list(map(len, exact)) == [4]
+    short, _ = _plan(gm, bucket_cap_mb=(total - 1) / 2**20)
+    assert list(map(len, short)) == [3, 1]
+
+
+def test_callable_cap_gets_the_bucket_index(group_name):
+    gm = trace(lambda *xs: tuple(ag(x, group_name) for x in xs), *[((16,), f32)] * 6)
+    seen = []
+    one = 16 * 4 * WORLD
+
+    def cap(i):
+        seen.append(i)
+        return (one if i == 0 else 2 * one) / 2**20
+
+    buckets, _ = _plan(gm, bucket_cap_mb=cap)
+    assert list(map(len, buckets)) == [1, 2, 2, 1]
+    assert sorted(set(seen)) == [0, 1, 2, 3]
+
+
+def test_member_over_the_cap_stays_alone_and_keeps_the_bucket_open(group_name):
+    gm = trace(lambda a, b, c: (ag(a, group_name), ag(b, group_name), ag(c, group_name)),
+               ((4,), f32), ((4096,), f32), ((4,), f32))
+    buckets, skipped = _plan(gm, bucket_cap_mb=1024 * WORLD / 2**20)
+    assert list(map(len, buckets)) == [2]
+    assert [s.node_name for s in skipped] == ["all_gather_into_tensor_1"]
+
+
+def test_count_cap(group_name):
+    gm = trace(lambda *xs: tuple(ag(x, group_name) for x in xs), *[((3,), f32)] * 5)
+    buckets, _ = _plan(gm, max_bucket_count=2)
+    assert list(map(len, buckets)) == [2, 2, 1]
+
+
+def test_dependent_collective_is_not_merged(group_name):
+    def f(a, b):
+        x = ag(a, group_name)
+        y = ag(b + x[:3], group_name)  # depends on x
+        return x, y
+
+    gm = trace(f, ((3,), f32), ((3,), f32))
+    buckets, _ = _plan(gm)
+    assert list(map(len, buckets)) == [1, 1]
+
+
+def test_transitive_dependency_through_compute_is_seen(group_name):
+    def f(a, b, c):
+        x = ag(a, group_name)
+        z = (x * 2).sum() + c.sum()
+        y = ag(b + z, group_name)
+        return y
+
+    gm = trace(f, ((3,), f32), ((3,), f32), ((3,), f32))
+    buckets, _ = _plan(gm)
+    assert list(map(len, buckets)) == [1, 1]
+
+
+def test_cross_bucket_cycle_is_refused(group_name):
+    # a1 (all-gather) and b1 (all-reduce) open buckets; a2 depends on b1 and b2
+    # depends on a1. Merging both pairs would make each bucket wait on the other.
+    def f(p, q, r, s):
+        a1 = ag(p, group_name)
+        b1 = ar(q, group_name)
+        a2 = ag(r + b1[:3], group_name)
+        b2 = ar(s + a1[:3], group_name)
+        return a2, b2
+
+    gm = trace(f, ((3,), f32), ((3,), f32), ((3,), f32), ((3,), f32))
+    buckets, _ = _plan(gm)
+    # a2 may join a1's bucket, which closes b1's; b2 then starts a bucket of its own.
+    assert sorted(map(len, buckets)) == [1, 1, 2]
+    bc.bucket_collectives(gm)
+    gm.graph.lint()
+
+
+def test_non_adjacent_merge_across_other_groups_and_compute(group_name):
+    import torch.distributed as dist
+
+    other = dist.new_group(list(range(WORLD))).group_name
+
+    def f(a, b, c, d):
+        x = ag(a, group_name)
+        u = ag(b, other)
+        w = torch.sin(c)
+        y = ag(d, group_name)
+        return x, u, w, y
+
+    gm = trace(f, ((3,), f32), ((3,), f32), ((3,), f32), ((3,), bf16))
+    buckets, _ = _plan(gm)
+    assert sorted(map(len, buckets)) == [1, 2]
+
+
+def test_plan_is_deterministic(group_name):
+    def f(*xs):
+        return tuple(ag(x, group_name) if i % 3 else rs(x, group_name) for i, x in enumerate(xs))
+
+    specs = [((8,), bf16 if i % 2 else f32) for i in range(24)]
+    first = _plan(trace(f, *specs), max_bucket_count=3)[0]
+    for _ in range(3):
+        assert _plan(trace(f, *specs), max_bucket_count=3)[0] == first

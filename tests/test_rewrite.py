@@ -1,0 +1,179 @@
+"""Rewriting with a fake process group: graph shape, lint, order, idempotence."""
+
+import expecttest
+import torch
+
+import bucketing.core as bc
+
+from .conftest import ag, ar, count, rs, trace
+
+c10d = torch.ops._c10d_functional
+bf16, f32 = torch.bfloat16, torch.float32
+
+
+def _names(gm):
+    return [n.name for n in gm.graph.nodes]
+
+
+class TestCanonical(expecttest.TestCase):
+    def test_bf16_f32_bucket_graph(self):
+        import torch.distributed as dist
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        if not dist.is_initialized():
+            dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+        g = dist.group.WORLD.group_name
+
+        def f(w, n):
+            return ag(w.to(bf16), g) * 2, ag(n, g)
+
+        gm = trace(f, ((5,), f32), ((3,), f32))
+        plan = bc.bucket_collectives(gm)
+        self.assertEqual(len(plan.buckets), 1)
+        self.assertExpectedInline(
+            gm.code.strip().replace(f"'{g}'", "GROUP"),
+            """\
+def forward(self, w_1, n_1):
+    all_gather_copy_in_default = torch.ops.bucketing_ops.all_gather_copy_in.default([w_1, n_1], [0, 16], 'bfloat16,float32', 32);  w_1 = n_1 = None
+    all_gather_into_tensor_default = torch.ops._c10d_functional.all_gather_into_tensor.default(all_gather_copy_in_default, 4, GROUP);  all_gather_copy_in_default = None
+    wait_tensor_default = torch.ops._c10d_functional.wait_tensor.default(all_gather_into_tensor_default);  all_gather_into_tensor_default = None
+    view_default = torch.ops.aten.view.default(wait_tensor_default, [4, 32]);  wait_tensor_default = None
+    slice_tensor = torch.ops.aten.slice.Tensor(view_default, 1, 0, 10)
+    view_dtype = torch.ops.aten.view.dtype(slice_tensor, torch.bfloat16);  slice_tensor = None
+    reshape_default = torch.ops.aten.reshape.default(view_dtype, [20]);  view_dtype = None
+    mul = torch.ops.aten.mul.Tensor(reshape_default, 2);  reshape_default = None
+    slice_tensor_1 = torch.ops.aten.slice.Tensor(view_default, 1, 16, 28);  view_default = None
+    view_dtype_1 = torch.ops.aten.view.dtype(slice_tensor_1, torch.float32);  slice_tensor_1 = None
+    reshape_default_1 = torch.ops.aten.reshape.default(view_dtype_1, [12]);  view_dtype_1 = None
+    return (mul, reshape_default_1)""",
+        )
+
+
+def test_counts_lint_and_cast_fusion(group_name):
+    def f(*xs):
+        outs = [ag(x.to(bf16), group_name) for x in xs[:3]]
+        outs += [rs(x, group_name) for x in xs[3:6]]
+        outs += [ar(x, group_name) for x in xs[6:]]
+        return tuple(outs)
+
+    gm = trace(f, *[((8,), f32)] * 9)
+    plan = bc.bucket_collectives(gm)
+    gm.graph.lint()
+    assert count(gm, c10d.all_gather_into_tensor.default) == 1
+    assert count(gm, c10d.reduce_scatter_tensor.default) == 1
+    assert count(gm, c10d.all_reduce.default) == 1
+    assert count(gm, c10d.wait_tensor.default) == 3
+    assert count(gm, torch.ops.aten._to_copy.default) == 0  # casts folded into the copy-in
+    assert plan.counts() == {"all_gather": 1, "reduce_scatter": 1, "all_reduce": 1}
+    ag_bucket = next(b for b in plan.buckets if b.kind == "all_gather")
+    assert ag_bucket.nbytes == 3 * 8 * 2 * 4 and ag_bucket.padding_bytes == 0
+
+
+def test_user_of_early_member_before_later_member_is_reordered(group_name):
+    def f(a, b):
+        x = ag(a, group_name)
+        early_use = x * 3  # sits before the second collective in the original order
+        y = ag(b, group_name)
+        return early_use, y
+
+    gm = trace(f, ((3,), f32), ((5,), bf16))
+    bc.bucket_collectives(gm)
+    gm.graph.lint()
+    names = _names(gm)
+    assert count(gm, c10d.all_gather_into_tensor.default) == 1
+    wait = next(n for n in gm.graph.nodes if n.target is c10d.wait_tensor.default)
+    mul = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.mul.Tensor)
+    assert names.index(wait.name) < names.index(mul.name)
+
+
+def test_issue_after_last_input_and_wait_before_first_use(group_name):
+    def f(a, b, c):
+        x = ag(a, group_name)
+        h = torch.sin(c)  # independent compute: overlaps the merged collective
+        y = ag(b + 1, group_name)
+        return x * h[:1], y
+
+    gm = trace(f, ((3,), f32), ((3,), f32), ((3,), f32))
+    bc.bucket_collectives(gm)
+    order = _names(gm)
+    copy_in = next(n for n in gm.graph.nodes if "copy_in" in n.name)
+    add = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.add.Tensor)
+    wait = next(n for n in gm.graph.nodes if n.target is c10d.wait_tensor.default)
+    assert order.index(add.name) < order.index(copy_in.name) < order.index(wait.name)
+
+
+def test_second_run_changes_nothing(group_name):
+    gm = trace(lambda *xs: tuple(ag(x, group_name) for x in xs), *[((3,), f32), ((5,), bf16)] * 3)
+    bc.bucket_collectives(gm)
+    code = gm.code
+    plan = bc.bucket_collectives(gm)
+    assert plan.buckets == [] and gm.code == code
+
+
+def test_graph_without_collectives_is_untouched(group_name):
+    gm = trace(lambda a: torch.sin(a) * 2, ((4,), f32))
+    code = gm.code
+    plan = bc.bucket_collectives(gm)
+    assert plan.buckets == [] and plan.skipped == [] and gm.code == code
+
+
+def test_unknown_collectives_are_left_alone(group_name):
+    def f(a, b):
+        x = c10d.wait_tensor(c10d.all_to_all_single(a, [2, 2, 2, 2], [2, 2, 2, 2], group_name))
+        y = c10d.wait_tensor(c10d.broadcast(b, 0, group_name))
+        return x, y, ag(a, group_name)
+
+    gm = trace(f, ((8,), f32), ((8,), f32))
+    code = gm.code
+    plan = bc.bucket_collectives(gm)
+    assert plan.buckets == [] and gm.code == code
+
+
+def test_pass_never_raises_into_a_compile(group_name, monkeypatch, caplog):
+    gm = trace(lambda *xs: tuple(ag(x, group_name) for x in xs), *[((3,), f32)] * 3)
+    code = gm.code
+
+    def boom(*a, **k):
+        raise RuntimeError("planner exploded")
+
+    monkeypatch.setattr(bc, "plan_buckets", boom)
+    bc.BucketingPass()(gm.graph)
+    assert gm.code == code
+    assert "pass failed" in caplog.text
+
+
+def test_torch_style_drop_in_functions(group_name):
+    gm = trace(lambda *xs: tuple(ag(x, group_name) for x in xs), ((3,), f32), ((5,), bf16), ((2,), f32))
+    bc.bucket_all_gather(gm, None, "custom_ops_multidtype")
+    assert count(gm, c10d.all_gather_into_tensor.default) == 1
+    gm = trace(lambda *xs: tuple(ag(x, group_name) for x in xs), ((3,), f32), ((5,), bf16), ((2,), f32))
+    bc.bucket_all_gather(gm, lambda i: 2000.0)  # torch's default mode: one bucket per dtype
+    assert count(gm, c10d.all_gather_into_tensor.default) == 2
+    gm = trace(lambda *xs: tuple(rs(x, group_name) for x in xs), ((8,), f32), ((4,), f32))
+    bc.bucket_reduce_scatter(gm)
+    assert count(gm, c10d.reduce_scatter_tensor.default) == 1
+    gm = trace(lambda *xs: tuple(ar(x, group_name) for x in xs), ((8,), f32), ((4,), f32))
+    bc.bucket_all_reduce(gm)
+    assert count(gm, c10d.all_reduce.default) == 1
+
+
+def test_coexists_with_torch_builtin_ops(group_name):
+    import torch._inductor.fx_passes.bucketing as torch_bucketing  # registers bucketing::*
+
+    assert hasattr(torch.ops.bucketing, "_pre_bucket_all_gather")
+    assert hasattr(torch.ops.bucketing_ops, "all_gather_copy_in")
+    gm = trace(lambda *xs: tuple(ag(x, group_name) for x in xs), ((4,), f32), ((4,), f32))
+    torch_bucketing.bucket_all_gather(gm, lambda i: 2000.0, "custom_ops")
+    gm2 = trace(lambda *xs: tuple(ag(x, group_name) for x in xs), ((4,), f32), ((4,), f32))
+    bc.bucket_collectives(gm2)
+    assert count(gm2, torch.ops.bucketing_ops.all_gather_copy_in.default) == 1
+
+
+def test_works_without_fake_vals(group_name):
+    # make_fx with real tensors gives real meta values; the pass brings its own fake mode.
+    import torch.fx.experimental.proxy_tensor as pt
+
+    gm = pt.make_fx(lambda a, b: (ag(a, group_name), ag(b, group_name)))(torch.zeros(3), torch.zeros(2, dtype=bf16))
+    plan = bc.bucket_collectives(gm)
+    assert len(plan.buckets) == 1
+    gm.graph.lint()
