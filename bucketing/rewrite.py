@@ -111,17 +111,30 @@ def _emit_all_gather(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int,
     gathered = meta.call(graph, c10d.all_gather_into_tensor.default, (copy_in, world, bucket.group_name), created)
     issue = list(created)
     wait = meta.call(graph, c10d.wait_tensor.default, (gathered,), created)
-    grid = meta.call(graph, aten.view.default, (wait, [world, layout.chunk_bytes]), created)
-    waits = [wait, grid]
+    waits = [wait]
+    # One dtype view of the whole gathered buffer per distinct dtype, shaped
+    # [world, chunk / itemsize]; members are then plain slices in their own
+    # element units, which Inductor folds into the consumers' indexing.
+    grids: dict[torch.dtype, fx.Node] = {}
     outputs: list[fx.Node | None] = []
     for m, slot in zip(members, layout.slots):
         if not _users_count(m):
             outputs.append(None)
             continue
+        itemsize = m.dtype.itemsize
+        grid = grids.get(m.dtype)
+        if grid is None:
+            typed = wait
+            if m.dtype != torch.uint8:
+                typed = meta.call(graph, aten.view.dtype, (wait, m.dtype), created)
+            grid = meta.call(graph, aten.view.default, (typed, [world, layout.chunk_bytes // itemsize]), created)
+            grids[m.dtype] = grid
+            waits.append(grid)
+            if typed is not wait:
+                waits.insert(-1, typed)
+        start = slot.offset // itemsize
+        part = meta.call(graph, aten.slice.Tensor, (grid, 1, start, start + slot.nbytes // itemsize), created)
         out_shape = [world * m.shape[0], *m.shape[1:]]
-        part = meta.call(graph, aten.slice.Tensor, (grid, 1, slot.offset, slot.offset + slot.nbytes), created)
-        if m.dtype != torch.uint8:
-            part = meta.call(graph, aten.view.dtype, (part, m.dtype), created)
         outputs.append(meta.call(graph, aten.reshape.default, (part, out_shape), created))
     return EmittedBucket(bucket, issue, waits, outputs, layout.padding_bytes * world, gathered)
 

@@ -37,14 +37,15 @@ def forward(self, w_1, n_1):
     all_gather_copy_in_default = torch.ops.bucketing_ops.all_gather_copy_in.default([w_1, n_1], [0, 16], 'bfloat16,float32', 32);  w_1 = n_1 = None
     all_gather_into_tensor_default = torch.ops._c10d_functional.all_gather_into_tensor.default(all_gather_copy_in_default, 4, GROUP);  all_gather_copy_in_default = None
     wait_tensor_default = torch.ops._c10d_functional.wait_tensor.default(all_gather_into_tensor_default);  all_gather_into_tensor_default = None
-    view_default = torch.ops.aten.view.default(wait_tensor_default, [4, 32]);  wait_tensor_default = None
-    slice_tensor = torch.ops.aten.slice.Tensor(view_default, 1, 0, 10)
-    view_dtype = torch.ops.aten.view.dtype(slice_tensor, torch.bfloat16);  slice_tensor = None
-    reshape_default = torch.ops.aten.reshape.default(view_dtype, [20]);  view_dtype = None
+    view_dtype = torch.ops.aten.view.dtype(wait_tensor_default, torch.bfloat16)
+    view_default = torch.ops.aten.view.default(view_dtype, [4, 16]);  view_dtype = None
+    slice_tensor = torch.ops.aten.slice.Tensor(view_default, 1, 0, 5);  view_default = None
+    reshape_default = torch.ops.aten.reshape.default(slice_tensor, [20]);  slice_tensor = None
     mul = torch.ops.aten.mul.Tensor(reshape_default, 2);  reshape_default = None
-    slice_tensor_1 = torch.ops.aten.slice.Tensor(view_default, 1, 16, 28);  view_default = None
-    view_dtype_1 = torch.ops.aten.view.dtype(slice_tensor_1, torch.float32);  slice_tensor_1 = None
-    reshape_default_1 = torch.ops.aten.reshape.default(view_dtype_1, [12]);  view_dtype_1 = None
+    view_dtype_1 = torch.ops.aten.view.dtype(wait_tensor_default, torch.float32);  wait_tensor_default = None
+    view_default_1 = torch.ops.aten.view.default(view_dtype_1, [4, 8]);  view_dtype_1 = None
+    slice_tensor_1 = torch.ops.aten.slice.Tensor(view_default_1, 1, 4, 7);  view_default_1 = None
+    reshape_default_1 = torch.ops.aten.reshape.default(slice_tensor_1, [12]);  slice_tensor_1 = None
     return (mul, reshape_default_1)""",
         )
 
