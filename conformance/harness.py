@@ -147,3 +147,23 @@ def _plan_text(plan) -> str:
     except ImportError:
         pass
     return "" if plan is None else repr(plan)
+
+
+def run_inductor_case(ctx, case_id: str, adapter_spec: str) -> dict:
+    """Rank task: compile the case with and without the pass; compare with eager, bit for bit."""
+    from .compiled import compile_and_run
+
+    case, world = catalog.get(case_id)
+    adapter = adapters.load(adapter_spec)
+    program = build(case.steps, ctx.groups)
+    inputs = make_inputs(case.steps, ctx.groups, case.name, ctx.rank, ctx.device)
+    eager = program(*inputs)
+    plain, _ = compile_and_run(program, inputs)
+    custom = adapter.inductor_pass(**case.options_for(world)) if adapter.inductor_pass else None
+    bucketed, code = compile_and_run(program, inputs, custom, get_code=True)
+    return {
+        "vs_eager": first_difference(eager, bucketed),
+        "vs_compiled": first_difference(plain, bucketed),
+        "plan": _plan_text(getattr(custom, "last_plan", None)),
+        "code": code,
+    }

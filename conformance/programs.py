@@ -50,15 +50,22 @@ def consume(t: torch.Tensor) -> torch.Tensor:
 
 
 def mix(x: torch.Tensor, earlier: torch.Tensor) -> torch.Tensor:
-    """Make `x` depend on `earlier` without changing its dtype, shape or value."""
+    """Make `x` depend on `earlier` without changing its value in any dtype.
+
+    Adds `(e != e)`, which is 0 for every non-NaN element; compilers cannot
+    fold it away (NaN), so the data dependency survives into the graph.
+    """
     if earlier.numel() == 0:
         return x
-    zero = earlier.reshape(-1)[0].to(torch.float32) * 0
+    first = earlier.reshape(-1)[0]
+    if first.dtype in FP8:
+        first = first.to(torch.float32)
+    is_nan = first != first
     if x.dtype == torch.bool:
-        return torch.logical_xor(x, zero.to(torch.bool))
+        return torch.logical_or(x, is_nan)
     if x.dtype in FP8:
-        return (x.to(torch.float32) + zero).to(x.dtype)
-    return x + zero.to(x.dtype)
+        return (x.to(torch.float32) + is_nan.to(torch.float32)).to(x.dtype)
+    return x + is_nan.to(x.dtype)
 
 
 def group_info(groups: dict, name: str) -> tuple[str, int]:
