@@ -1,0 +1,62 @@
+"""Rank task for the core smoke test (runs inside conformance.pool ranks)."""
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import bucketing.core as bc
+from conformance.harness import count_collectives, first_difference, gather_bytes_where_unsupported
+
+c10d = torch.ops._c10d_functional
+
+
+def mixed_program(ctx):
+    group, world = ctx.groups["world"][0], ctx.world_size
+
+    def program(w_bf16, n_f32, s_fp8, w2_bf16, g_f32, g2_f32, r_bf16):
+        gathered = [
+            c10d.wait_tensor(c10d.all_gather_into_tensor(x, world, group))
+            for x in (w_bf16, n_f32, s_fp8, w2_bf16)
+        ]
+        scattered = [c10d.wait_tensor(c10d.reduce_scatter_tensor(g, "sum", world, group)) for g in (g_f32, g2_f32)]
+        reduced = c10d.wait_tensor(c10d.all_reduce(r_bf16, "sum", group))
+        return (*gathered, *scattered, reduced)
+
+    gen = torch.Generator().manual_seed(1234 + ctx.rank)
+    inputs = [
+        torch.randn(5, generator=gen).to(torch.bfloat16),  # odd bf16 before f32
+        torch.randn(3, generator=gen),
+        torch.randn(7, generator=gen).to(torch.float8_e4m3fn),  # odd fp8 before bf16
+        torch.randn(3, 3, generator=gen).to(torch.bfloat16),
+        # integer-valued so sums over 3+ ranks are exact in any order
+        torch.randint(-3, 4, (world * 3,), generator=gen).float(),
+        torch.randint(-3, 4, (world * 5, 2), generator=gen).float(),
+        torch.randint(-3, 4, (7,), generator=gen).to(torch.bfloat16),
+    ]
+    return program, inputs
+
+
+def run_smoke(ctx):
+    program, inputs = mixed_program(ctx)
+    reference = make_fx(program, tracing_mode="fake")(*inputs)
+    gm = make_fx(program, tracing_mode="fake")(*inputs)
+    plan = bc.bucket_collectives(gm, bucket_cap_mb=64.0)
+    gm.graph.lint()
+    after = count_collectives(gm.graph)
+    gather_bytes_where_unsupported(reference, ctx.backend)
+    gather_bytes_where_unsupported(gm, ctx.backend)
+    return {"diff": first_difference(reference(*inputs), gm(*inputs)), "after": after, "plan": bc.explain(plan)}
+
+
+def fail_on_rank0(ctx):
+    """Rank 0 raises; the others block in a collective that rank 0 never joins."""
+    import torch.distributed as dist
+
+    if ctx.rank == 0:
+        raise RuntimeError("rank 0 fails on purpose")
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    return t.sum().item()
+
+
+def echo_rank(ctx):
+    return ctx.rank
