@@ -25,6 +25,10 @@ c10d = torch.ops._c10d_functional
 aten = torch.ops.aten
 
 
+# Ops whose output metadata follows from the input's alone (views and reshapes).
+VIEW_OPS = frozenset({aten.view.default, aten.view.dtype, aten.slice.Tensor, aten.reshape.default})
+
+
 @dataclasses.dataclass
 class EmittedBucket:
     """The nodes that replace one bucket, with what `ordering` needs to place them."""
@@ -50,6 +54,7 @@ class MetaEvaluator:
         if self.mode is None:
             self.mode = FakeTensorMode()
         self._converted: dict[fx.Node, torch.Tensor] = {}
+        self._meta_of: dict[fx.Node, torch.Tensor] = {}
 
     def val(self, node: fx.Node) -> torch.Tensor:
         v = node.meta["val"]
@@ -64,13 +69,33 @@ class MetaEvaluator:
         return cached
 
     def call(self, graph: fx.Graph, target, args: tuple, created: list[fx.Node]) -> fx.Node:
-        fake_args = fx.node.map_arg(args, self.val)
-        with self.mode:
-            val = target(*fake_args)
         node = graph.call_function(target, args)
-        node.meta["val"] = val
         created.append(node)
+        if target in VIEW_OPS:
+            # Shape-only ops run on plain meta tensors, skipping fake dispatch and
+            # its cache (about 20x cheaper; the per-member copy-out is most of
+            # the nodes the pass creates). A chain of views shares one meta storage.
+            meta_args = fx.node.map_arg(args, self._meta)
+            if target is aten.reshape.default and not meta_args[0].is_contiguous():
+                # What reshape returns when it must copy; skips its slow view attempt.
+                meta_out = torch.empty(meta_args[1], dtype=meta_args[0].dtype, device="meta")
+            else:
+                meta_out = target(*meta_args)
+            self._meta_of[node] = meta_out
+            device = self.val(args[0]).device
+            node.meta["val"] = self.mode.fake_tensor_converter.from_meta_and_device(self.mode, meta_out, device)
+        else:
+            with self.mode:
+                node.meta["val"] = target(*fx.node.map_arg(args, self.val))
         return node
+
+    def _meta(self, node: fx.Node) -> torch.Tensor:
+        meta = self._meta_of.get(node)
+        if meta is None:
+            v = self.val(node)
+            meta = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+            self._meta_of[node] = meta
+        return meta
 
 
 def emit_bucket(graph: fx.Graph, bucket: Bucket, meta: MetaEvaluator, alignment: int) -> EmittedBucket:

@@ -1,0 +1,47 @@
+"""Synthetic post-grad graphs of N collectives, built node by node (no tracing)."""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+c10d = torch.ops._c10d_functional
+aten = torch.ops.aten
+
+
+def collective_graph(kind: str, n: int, group_name: str, world: int, even_sizes: bool = False) -> fx.GraphModule:
+    """N collectives of alternating bf16/f32, 64-70 elements, each result used by one mul."""
+    mode = FakeTensorMode()
+    graph = fx.Graph()
+    outputs = []
+
+    def node(target, args, val_fn):
+        nd = graph.call_function(target, args)
+        with mode:
+            nd.meta["val"] = val_fn()
+        return nd
+
+    for i in range(n):
+        dtype = torch.bfloat16 if i % 2 == 0 else torch.float32
+        size = 64 + (2 * (i % 4) if even_sizes else i % 7)
+        rows = size * (world if kind == "reduce_scatter" else 1)
+        ph = graph.placeholder(f"x{i}")
+        with mode:
+            ph.meta["val"] = torch.empty(rows, dtype=dtype)
+        x = ph.meta["val"]
+        if kind == "all_gather":
+            coll = node(c10d.all_gather_into_tensor.default, (ph, world, group_name),
+                        lambda: c10d.all_gather_into_tensor.default(x, world, group_name))
+        elif kind == "reduce_scatter":
+            coll = node(c10d.reduce_scatter_tensor.default, (ph, "sum", world, group_name),
+                        lambda: c10d.reduce_scatter_tensor.default(x, "sum", world, group_name))
+        else:
+            coll = node(c10d.all_reduce.default, (ph, "sum", group_name),
+                        lambda: c10d.all_reduce.default(x, "sum", group_name))
+        cval = coll.meta["val"]
+        wait = node(c10d.wait_tensor.default, (coll,), lambda: c10d.wait_tensor.default(cval))
+        wval = wait.meta["val"]
+        outputs.append(node(aten.mul.Tensor, (wait, 2), lambda: aten.mul.Tensor(wval, 2)))
+    graph.output(tuple(outputs))
+    return fx.GraphModule(torch.nn.Module(), graph)
