@@ -194,5 +194,6 @@ def all_case_ids() -> list[str]:
 
 
 def get(case_id: str) -> tuple[Case, int]:
+    """The case and world size of an id like "ag-3way-w4" (any world size is accepted)."""
     name, _, world = case_id.rpartition("-w")
     return BY_NAME[name], int(world)

@@ -36,7 +36,10 @@ class PoolSet:
     def get(self, world_size: int, backend: str | None = None):
         from .pool import RankPool
 
-        backend = backend or ("nccl" if self.device == "cuda" else "gloo")
+        if backend is None:
+            from .gpu import backend_for
+
+            backend = backend_for(world_size) if self.device == "cuda" else "gloo"
         key = (world_size, backend)
         if key not in self.pools:
             self.pools[key] = RankPool(world_size, backend, self.device)
