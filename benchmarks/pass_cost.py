@@ -1,0 +1,82 @@
+"""Pass cost on synthetic graphs of N collectives: ours vs torch's built-in pass.
+
+Each measurement runs in a fresh subprocess (a fake process group of 8), timing
+the pass alone; torch's pass runs on even sizes (it crashes on odd mixed-dtype
+buckets) and is stopped past the time limit.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+SIZES = (100, 400, 1600, 6400)
+KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+TORCH_LIMIT_S = 120.0
+
+
+def _measure(impl: str, kind: str, n: int) -> float:
+    """Runs inside the subprocess: seconds of one pass over a fresh graph."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from benchmarks.synthetic import collective_graph
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    group = dist.group.WORLD.group_name
+    gm = collective_graph(kind, n, group, 8, even_sizes=impl == "torch")
+    if impl == "ours":
+        import bucketing.core as bc
+
+        the_pass = bc.BucketingPass()
+        start = time.perf_counter()
+        the_pass(gm.graph)
+        return time.perf_counter() - start
+    from torch._inductor.fx_passes import bucketing as tb
+
+    start = time.perf_counter()
+    if kind == "all_gather":
+        tb.bucket_all_gather(gm, lambda i: 2000.0, "custom_ops_multidtype")
+    elif kind == "reduce_scatter":
+        tb.bucket_reduce_scatter(gm, lambda i: 2000.0, "custom_ops")
+    else:
+        tb.bucket_all_reduce(gm, lambda i: 2000.0)
+    return time.perf_counter() - start
+
+
+def measure(impl: str, kind: str, n: int, timeout_s: float) -> float | None:
+    code = (
+        "import json,sys; from benchmarks.pass_cost import _measure; "
+        f"print(json.dumps(_measure({impl!r}, {kind!r}, {n})))"
+    )
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run(kinds=KINDS, sizes=SIZES, torch_limit_s: float = TORCH_LIMIT_S) -> list[dict]:
+    rows = []
+    for kind in kinds:
+        torch_gave_up = False
+        for n in sizes:
+            ours = measure("ours", kind, n, 600)
+            theirs = None
+            note = ""
+            if torch_gave_up:
+                note = "torch skipped: the previous size already took too long"
+            else:
+                theirs = measure("torch", kind, n, torch_limit_s)
+                if theirs is None:
+                    note = f"torch stopped after {torch_limit_s:.0f}s"
+                # Superlinear growth: the next size would run past the limit.
+                torch_gave_up = theirs is None or theirs * 4 > torch_limit_s
+            rows.append({"kind": kind, "n": n, "ours_s": ours, "torch_s": theirs, "note": note})
+            print(f"pass cost {kind:<15} N={n:<5} ours {ours:8.3f}s  torch "
+                  f"{'-' if theirs is None else f'{theirs:8.3f}s'}  {note}", flush=True)
+    return rows
