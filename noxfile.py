@@ -46,6 +46,14 @@ def slow(session: nox.Session) -> None:
 
 
 @nox.session
+def fuzz(session: nox.Session) -> None:
+    """Many random collective programs on 3 gloo ranks (FUZZ_EXAMPLES, default 1000)."""
+    _install(session)
+    env = dict(RANK_ENV, FUZZ_EXAMPLES=os.environ.get("FUZZ_EXAMPLES", "1000"))
+    session.run("pytest", "-q", "conformance/multiproc/test_fuzz.py", *session.posargs, env=env)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", "bucketing", "conformance", "tests", "benchmarks", "noxfile.py")

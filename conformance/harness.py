@@ -44,6 +44,8 @@ def _as_bytes(x: torch.Tensor) -> torch.Tensor:
 
 
 def _from_bytes(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if x.numel() == 0:  # view(dtype) rejects empty byte tensors with odd strides
+        return x.new_empty((*x.shape[:-1], x.shape[-1] // dtype.itemsize), dtype=dtype)
     return x.view(dtype)
 
 
@@ -110,12 +112,21 @@ def run_fx_case(ctx, case_id: str, adapter_spec: str) -> dict:
     """Rank task: the FX-level check of one catalog case."""
     case, world = catalog.get(case_id)
     assert world == ctx.world_size, (case_id, ctx.world_size)
+    return check_steps(ctx, case.steps, case.options_for(world), case.name, adapter_spec)
+
+
+def check_steps(ctx, steps, options: dict, seed_text: str, adapter_spec: str = "project") -> dict:
+    """Rank task body: trace `steps`, apply the pass, run both graphs, compare bytes."""
+    from .programs import Step
+
+    steps = tuple(s if isinstance(s, Step) else Step(**s) for s in steps)
     adapter = adapters.load(adapter_spec)
-    inputs = make_inputs(case.steps, ctx.groups, case.name, ctx.rank, ctx.device)
+    inputs = make_inputs(steps, ctx.groups, seed_text, ctx.rank, ctx.device)
+    case = catalog.Case(seed_text, steps, None)
     reference = trace(case, ctx.groups, inputs)
     gm = trace(case, ctx.groups, inputs)
     before = count_collectives(gm.graph)
-    plan = adapter.apply_fx(gm, **case.options_for(world))
+    plan = adapter.apply_fx(gm, **options)
     gm.graph.lint()
     gm.recompile()
     after = count_collectives(gm.graph)
@@ -127,7 +138,7 @@ def run_fx_case(ctx, case_id: str, adapter_spec: str) -> dict:
     actual = gm(*inputs)
     diff = first_difference(expected, actual)
     digest = hashlib.sha256(code.encode()).hexdigest()
-    digests = [None] * world
+    digests = [None] * ctx.world_size
     dist.all_gather_object(digests, digest)
     return {
         "before": before,
