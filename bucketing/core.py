@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import time
@@ -82,11 +83,27 @@ def _apply(graph: fx.Graph, opts: BucketingOptions) -> Plan:
     for e in emitted:
         replace_members(graph, e)
     ordering.reorder(graph, snapshot, issue_priority, issue_segment, fallback)
+    plan = Plan([report.describe(e) for e in emitted], skipped, time.perf_counter() - start)
+    if opts.verify_plan_across_ranks:
+        _insert_plan_check(graph, plan)
     graph.lint()
 
-    plan = Plan([report.describe(e) for e in emitted], skipped, time.perf_counter() - start)
     report.publish(plan)
     return plan
+
+
+_plan_checks_inserted = itertools.count()
+
+
+def _insert_plan_check(graph: fx.Graph, plan: Plan) -> None:
+    """Put the cross-rank plan check before every other non-input node."""
+    first = next(n for n in graph.nodes if n.op != "placeholder")
+    lines = "\n".join(b.rank_neutral_line() for b in plan.buckets)
+    with graph.inserting_before(first):
+        check = graph.call_function(
+            torch.ops.bucketing_ops.verify_plan.default, (next(_plan_checks_inserted), lines)
+        )
+    check.meta["val"] = None
 
 
 class BucketingPass(CustomGraphPass):

@@ -60,3 +60,47 @@ def all_gather_copy_in(
 @all_gather_copy_in.register_fake
 def _(inputs, offsets, dtypes, chunk_bytes):
     return inputs[0].new_empty(chunk_bytes, dtype=torch.uint8)
+
+
+# Checks already passed, by (check id, plan): each graph's check runs once. The
+# id numbers the checks a process inserted, so every rank that compiled the
+# same graphs in the same order checks (or skips) the same ones together.
+_VERIFIED: set[tuple[int, str]] = set()
+
+
+@torch.library.custom_op(f"{NAMESPACE}::verify_plan", mutates_args=())
+def verify_plan(check_id: int, plan_lines: str) -> None:
+    """Raise on every rank, naming the first differing bucket, when ranks built different plans.
+
+    Runs before the graph's first collective, so a divergence is an error
+    instead of a deadlock. Uses the default process group.
+    """
+    if (check_id, plan_lines) in _VERIFIED:
+        return
+    import torch.distributed as dist
+
+    lines = plan_lines.split("\n") if plan_lines else []
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, lines)
+    mine = dist.get_rank()
+    for other, theirs in enumerate(gathered):
+        if theirs == lines:
+            continue
+        for i in range(max(len(lines), len(theirs))):
+            a = lines[i] if i < len(lines) else "<no bucket>"
+            b = theirs[i] if i < len(theirs) else "<no bucket>"
+            if a != b:
+                raise RuntimeError(
+                    f"bucketing: ranks built different collective plans; first difference at bucket {i}: "
+                    f"rank {mine} has {a!r}, rank {other} has {b!r}. Every rank must compile the same graph."
+                )
+    _VERIFIED.add((check_id, plan_lines))
+
+
+@verify_plan.register_fake
+def _(check_id, plan_lines):
+    return None
+
+
+# Keeps dead-code elimination (FX and Inductor) from dropping the check.
+torch.fx.node.has_side_effect(torch.ops.bucketing_ops.verify_plan.default)

@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import inspect
 import numbers
+import os
 from collections.abc import Callable
 from typing import Union
 
@@ -33,6 +34,11 @@ class BucketingOptions:
     alignment_bytes: int = DEFAULT_ALIGNMENT_BYTES
     # Fold a single-use dtype cast feeding an all-gather into the copy-in.
     fuse_casts: bool = True
+    # At the first run, all-gather a digest of the plan and raise, naming the
+    # first differing bucket, if ranks disagree (instead of deadlocking).
+    verify_plan_across_ranks: bool = dataclasses.field(
+        default_factory=lambda: os.environ.get("BUCKETING_VERIFY_PLAN", "") == "1"
+    )
 
     def __post_init__(self) -> None:
         kinds = self.collectives
@@ -50,6 +56,8 @@ class BucketingOptions:
             raise ValueError(f"multidtype must be a bool, got {self.multidtype!r}")
         if not isinstance(self.fuse_casts, bool):
             raise ValueError(f"fuse_casts must be a bool, got {self.fuse_casts!r}")
+        if not isinstance(self.verify_plan_across_ranks, bool):
+            raise ValueError(f"verify_plan_across_ranks must be a bool, got {self.verify_plan_across_ranks!r}")
         _check_cap(self.bucket_cap_mb)
         count = self.max_bucket_count
         if count is not None and (
@@ -86,6 +94,7 @@ class BucketingOptions:
             self.max_bucket_count,
             self.alignment_bytes,
             self.fuse_casts,
+            self.verify_plan_across_ranks,
         )
         return repr(fields)
 

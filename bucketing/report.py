@@ -27,6 +27,13 @@ class BucketReport:
     padding_bytes: int  # alignment padding moved by the merged collective
     collective: str  # name of the merged collective node
 
+    def rank_neutral_line(self) -> str:
+        """What every rank must agree on (group names can differ between subgroups)."""
+        return (
+            f"{self.kind}[{self.index}] op={self.reduce_op} members={len(self.members)} "
+            f"dtypes={','.join(self.dtypes)} bytes={self.nbytes} padding={self.padding_bytes}"
+        )
+
     def line(self) -> str:
         op = f" {self.reduce_op}" if self.reduce_op else ""
         return (

@@ -60,3 +60,20 @@ def fail_on_rank0(ctx):
 
 def echo_rank(ctx):
     return ctx.rank
+
+
+def diverging_plans(ctx, diverge: bool):
+    """Rank 1 builds a different graph when `diverge`; the plan check must catch it."""
+    group, world = ctx.groups["world"][0], ctx.world_size
+    dtypes = [torch.float32, torch.bfloat16, torch.float32]
+    if diverge and ctx.rank == 1:
+        dtypes = [torch.float32, torch.float32, torch.float32, torch.float32]
+
+    def program(*xs):
+        return tuple(c10d.wait_tensor(c10d.all_gather_into_tensor(x, world, group)) for x in xs)
+
+    inputs = [torch.ones(3, dtype=d) for d in dtypes]
+    gm = make_fx(program, tracing_mode="fake")(*inputs)
+    bc.bucket_collectives(gm, verify_plan_across_ranks=True)
+    out = gm(*inputs)
+    return len(out)
