@@ -77,3 +77,37 @@ def diverging_plans(ctx, diverge: bool):
     bc.bucket_collectives(gm, verify_plan_across_ranks=True)
     out = gm(*inputs)
     return len(out)
+
+
+def dynamic_sizes(ctx):
+    """A symbolic-sized all-gather beside static ones, run at two sizes without recompiling wrongly."""
+    import torch._dynamo
+
+    group, world = ctx.groups["world"][0], ctx.world_size
+
+    def program(dyn, a, b):
+        gathered = [c10d.wait_tensor(c10d.all_gather_into_tensor(x, world, group)) for x in (dyn, a, b)]
+        return tuple(g * 2 for g in gathered)
+
+    the_pass = bc.BucketingPass()
+    torch._dynamo.reset()
+    compiled = torch.compile(program, fullgraph=True)
+    out = {}
+    with torch._inductor.config.patch(post_grad_custom_post_pass=the_pass, fx_graph_cache=False):
+        for n in (5, 9):
+            gen = torch.Generator().manual_seed(n * 10 + ctx.rank)
+            dyn = torch.randn(n, 3, generator=gen)
+            torch._dynamo.mark_dynamic(dyn, 0)
+            a = torch.randn(4, generator=gen).to(torch.bfloat16)
+            b = torch.randn(3, generator=gen)
+            got = compiled(dyn, a, b)
+            want = program(dyn, a, b)
+            same = all(torch.equal(g.reshape(-1).view(torch.uint8), w.reshape(-1).view(torch.uint8))
+                       for g, w in zip(got, want))
+            out[n] = same
+    plan = the_pass.last_plan
+    return {
+        "identical": out,
+        "buckets": [len(b.members) for b in plan.buckets],
+        "skipped": [s.reason for s in plan.skipped],
+    }

@@ -122,7 +122,9 @@ def test_unknown_collectives_are_left_alone(group_name):
     def f(a, b):
         x = c10d.wait_tensor(c10d.all_to_all_single(a, [2, 2, 2, 2], [2, 2, 2, 2], group_name))
         y = c10d.wait_tensor(c10d.broadcast(b, 0, group_name))
-        return x, y, ag(a, group_name)
+        z = [c10d.wait_tensor(t) for t in c10d.all_gather_into_tensor_coalesced([a, b], 4, group_name)]
+        w = [c10d.wait_tensor(t) for t in c10d.reduce_scatter_tensor_coalesced([a, b], "sum", 4, group_name)]
+        return x, y, *z, *w, ag(a, group_name)
 
     gm = trace(f, ((8,), f32), ((8,), f32))
     code = gm.code
