@@ -76,6 +76,8 @@ def plot(pass_rows, step_rows, out: str) -> None:
     fig.tight_layout()
     fig.savefig(os.path.join(out, "pass_cost.png"), dpi=120)
 
+    if not step_rows:
+        return
     configs = sorted({(r["kind"], r["world"], r["n"]) for r in step_rows})
     variants = ["unbucketed", "torch", "ours", "limit"]
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(configs)), 4))
@@ -132,8 +134,12 @@ def main(argv=None) -> None:
     step_rows = [] if args.skip_steps else run_steps(STEP_CONFIGS_QUICK if args.quick else STEP_CONFIGS_FULL)
     if step_rows:
         write_csv(os.path.join(args.out, "compiled_step.csv"), step_rows)
-    plot(pass_rows, step_rows, args.out) if step_rows else None
+    plot(pass_rows, step_rows, args.out)
     text = markdown(pass_rows, step_rows) if step_rows else markdown(pass_rows, [])
+    if not args.skip_steps:
+        from . import policy
+
+        text += "\n" + policy.main(["--layers", "4" if args.quick else "8"], os.path.join(args.out, "policy.md"))
     with open(os.path.join(args.out, "bench.md"), "w") as f:
         f.write(text)
     print(text)

@@ -24,6 +24,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from . import core
 from .collectives import KIND_BY_TARGET
+from .policy import estimate_peak_bytes
 from .toy_fsdp import ShardedMLP, loss_fn
 
 KINDS = ("all_gather", "reduce_scatter", "all_reduce")
@@ -53,11 +54,12 @@ class CountingPass(CustomGraphPass):
     """Records the collectives of each post-grad graph; changes nothing."""
 
     def __init__(self):
-        self.counts, self.bytes = [], []
+        self.counts, self.bytes, self.peaks = [], [], []
 
     def __call__(self, graph):
         self.counts.append(count_collectives(graph))
         self.bytes.append(collective_bytes(graph))
+        self.peaks.append(estimate_peak_bytes(graph))
 
     def uuid(self):
         return "bucketing-demo-counting"
@@ -68,13 +70,14 @@ class RecordingBucketingPass(core.BucketingPass):
 
     def __init__(self, **options):
         super().__init__(**options)
-        self.before, self.after, self.plans, self.bytes = [], [], [], []
+        self.before, self.after, self.plans, self.bytes, self.peaks = [], [], [], [], []
 
     def __call__(self, graph):
         self.before.append(count_collectives(graph))
         super().__call__(graph)
         self.after.append(count_collectives(graph))
         self.bytes.append(collective_bytes(graph))
+        self.peaks.append(estimate_peak_bytes(graph))
         self.plans.append(self.last_plan)
 
 
@@ -144,7 +147,7 @@ def main_worker(rank: int, world: int, args, init_method: str | None):
 
     counting = CountingPass()
     base = run_variant("unbucketed", counting, args, rank, world, group, device)
-    options = {"multidtype": not args.no_multidtype}
+    options = {"multidtype": not args.no_multidtype, "policy": args.policy}
     if args.bucket_cap_mb is not None:
         options["bucket_cap_mb"] = args.bucket_cap_mb
     bucketing = RecordingBucketingPass(**options)
@@ -176,6 +179,8 @@ def main_worker(rank: int, world: int, args, init_method: str | None):
         print()
         print(f"loss and {len(base[1])} gradients: "
               f"{'bit-identical' if identical else 'DIFFERENT'} on all {world} ranks")
+        print(f"estimated peak live bytes of the post-grad graphs (fwd, bwd): unbucketed {counting.peaks}, "
+              f"bucketed {bucketing.peaks}")
         print(f"median step time: unbucketed {base[2] * 1e3:.2f} ms, bucketed {ours[2] * 1e3:.2f} ms, "
               f"ratio {ours[2] / base[2]:.2f}x (compile: {base[3]:.1f}s vs {ours[3]:.1f}s)")
     dist.barrier()
@@ -197,6 +202,8 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=10, help="timed steps after the first")
     p.add_argument("--bucket-cap-mb", type=float, default=None)
     p.add_argument("--no-multidtype", action="store_true", help="one all-gather bucket per dtype")
+    p.add_argument("--policy", choices=("merge_all", "locality"), default="merge_all",
+                   help="locality: buckets follow the layers instead of taking the whole model")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = p.parse_args(argv)
     for name in ("world_size", "layers", "dim", "batch", "steps"):

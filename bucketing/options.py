@@ -34,6 +34,11 @@ class BucketingOptions:
     alignment_bytes: int = DEFAULT_ALIGNMENT_BYTES
     # Fold a single-use dtype cast feeding an all-gather into the copy-in.
     fuse_casts: bool = True
+    # "merge_all": merge up to the caps. "locality": also keep each bucket within
+    # `locality_window` heavy-compute stages (see policy.py), so results are not
+    # materialized long before they are used and collectives overlap compute.
+    policy: str = "merge_all"
+    locality_window: int = 2
     # At the first run, all-gather a digest of the plan and raise, naming the
     # first differing bucket, if ranks disagree (instead of deadlocking).
     verify_plan_across_ranks: bool = dataclasses.field(
@@ -56,6 +61,11 @@ class BucketingOptions:
             raise ValueError(f"multidtype must be a bool, got {self.multidtype!r}")
         if not isinstance(self.fuse_casts, bool):
             raise ValueError(f"fuse_casts must be a bool, got {self.fuse_casts!r}")
+        if self.policy not in ("merge_all", "locality"):
+            raise ValueError(f"policy must be 'merge_all' or 'locality', got {self.policy!r}")
+        window = self.locality_window
+        if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 0:
+            raise ValueError(f"locality_window must be an int >= 0, got {window!r}")
         if not isinstance(self.verify_plan_across_ranks, bool):
             raise ValueError(f"verify_plan_across_ranks must be a bool, got {self.verify_plan_across_ranks!r}")
         _check_cap(self.bucket_cap_mb)
@@ -95,6 +105,8 @@ class BucketingOptions:
             self.alignment_bytes,
             self.fuse_casts,
             self.verify_plan_across_ranks,
+            self.policy,
+            self.locality_window,
         )
         return repr(fields)
 

@@ -25,6 +25,7 @@ import torch.fx as fx
 
 from .collectives import Collective, Skipped
 from .options import BucketingOptions
+from .policy import compute_stages, first_use_stage
 
 
 @dataclasses.dataclass
@@ -48,7 +49,10 @@ class Bucket:
 
 
 def bucket_key(c: Collective, multidtype: bool) -> tuple:
-    """(kind, group name, reduce op, dtype); dtype is None for multi-dtype all-gathers."""
+    """(kind, group name, reduce op, dtype); dtype is None for multi-dtype all-gathers.
+
+    The locality policy appends (input stage window, first-use stage window).
+    """
     dtype = None if (c.kind == "all_gather" and multidtype) else c.dtype
     return (c.kind, c.group_name, c.reduce_op, dtype)
 
@@ -70,6 +74,26 @@ def plan_buckets(
 ) -> tuple[list[Bucket], list[Skipped]]:
     """All buckets in order of their first member, singletons included."""
     by_node = {c.node: c for c in collectives}
+    locality = options.policy == "locality"
+    if locality:
+        stages = compute_stages(graph)
+        position = {n: i for i, n in enumerate(graph.nodes)}
+
+    def stage_ranges(c: Collective) -> tuple[int, int]:
+        if not locality:
+            return 0, 0
+        source = c.cast_source if c.cast_source is not None else c.input
+        return stages[source], first_use_stage(c.wait, stages, position)
+
+    def locality_key(c: Collective) -> tuple:
+        # One bucket per stage window: all-gathers (prefetches) by where their
+        # results are first used, reductions (gradients) by where their inputs
+        # become ready, so each bucket is issued and waited within one stretch
+        # of compute.
+        in_stage, use_stage = stage_ranges(c)
+        stage = use_stage if c.kind == "all_gather" else in_stage
+        return (stage // (options.locality_window + 1),)
+
     buckets: list[Bucket] = []
     skipped: list[Skipped] = []
     open_by_key: dict[tuple, int] = {}
@@ -85,6 +109,8 @@ def plan_buckets(
 
     def assign(c: Collective, mask: int) -> int | None:
         key = bucket_key(c, options.multidtype)
+        if locality:
+            key = key + locality_key(c)
         bid = open_by_key.get(key)
         if bid is not None:
             bucket = buckets[bid]

@@ -19,6 +19,8 @@ from bucketing.options import make_options
         ({"alignment_bytes": 12}, "alignment_bytes"),
         ({"alignment_bytes": 0}, "alignment_bytes"),
         ({"fuse_casts": 1}, "fuse_casts"),
+        ({"policy": "greedy"}, "policy"),
+        ({"locality_window": -1}, "locality_window"),
         ({"bucket_size": 3}, "bucket_size"),
     ],
 )
@@ -54,6 +56,9 @@ def test_uuid_is_stable_and_tracks_every_option():
         bc.BucketingPass(bucket_cap_mb=64.0, alignment_bytes=32),
         bc.BucketingPass(bucket_cap_mb=64.0, fuse_casts=False),
         bc.BucketingPass(bucket_cap_mb=lambda i: 64.0),
+        bc.BucketingPass(bucket_cap_mb=64.0, policy="locality"),
+        bc.BucketingPass(bucket_cap_mb=64.0, policy="locality", locality_window=0),
+        bc.BucketingPass(bucket_cap_mb=64.0, verify_plan_across_ranks=True),
     ]
     uuids = {v.uuid() for v in variants} | {base.uuid()}
     assert len(uuids) == len(variants) + 1

@@ -141,3 +141,23 @@ def test_plan_is_deterministic(group_name):
     first = _plan(trace(f, *specs), max_bucket_count=3)[0]
     for _ in range(3):
         assert _plan(trace(f, *specs), max_bucket_count=3)[0] == first
+
+
+def test_locality_policy_keeps_buckets_within_stages(group_name):
+    # Three "layers": each gathers a weight used by a matmul. merge_all takes all
+    # three at once; locality (window 0) gives one bucket per layer.
+    def f(x, w0, w1, w2, b0, b1, b2):
+        for w, b in ((w0, b0), (w1, b1), (w2, b2)):
+            x = x @ ag(w, group_name).t() + ag(b, group_name)
+        return x
+
+    specs = [((2, 8), f32)] + [((2, 8), f32)] * 3 + [((2,), f32)] * 3
+    gm = trace(f, *specs)
+    merge_all, _ = _plan(gm)
+    assert sorted(map(len, merge_all)) == [6]
+    local, _ = _plan(gm, policy="locality", locality_window=0)
+    assert len([b for b in local if len(b) > 1]) >= 2
+    # No bucket spans two layers' weights.
+    weights = {"all_gather_into_tensor", "all_gather_into_tensor_2", "all_gather_into_tensor_4"}
+    for bucket in local:
+        assert len(weights & set(bucket)) <= 1, bucket
