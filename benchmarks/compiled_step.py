@@ -85,9 +85,8 @@ def _peak_bytes(fn, inputs) -> int:
 
 def bench_step(ctx, kind: str, n: int, steps: int = 30) -> list[dict]:
     """Rank task: every variant for one (kind, n); returns rows (rank 0's are reported)."""
-    from conformance.adapters import _TorchInductorPass
-
     import bucketing.core as bc
+    from conformance.adapters import _TorchInductorPass
 
     group = ctx.groups["world"][0]
     world = ctx.world_size

@@ -16,10 +16,10 @@ def collective_graph(kind: str, n: int, group_name: str, world: int, even_sizes:
     graph = fx.Graph()
     outputs = []
 
-    def node(target, args, val_fn):
+    def node(target, args):
         nd = graph.call_function(target, args)
         with mode:
-            nd.meta["val"] = val_fn()
+            nd.meta["val"] = target(*fx.node.map_arg(args, lambda n: n.meta["val"]))
         return nd
 
     for i in range(n):
@@ -29,19 +29,13 @@ def collective_graph(kind: str, n: int, group_name: str, world: int, even_sizes:
         ph = graph.placeholder(f"x{i}")
         with mode:
             ph.meta["val"] = torch.empty(rows, dtype=dtype)
-        x = ph.meta["val"]
         if kind == "all_gather":
-            coll = node(c10d.all_gather_into_tensor.default, (ph, world, group_name),
-                        lambda: c10d.all_gather_into_tensor.default(x, world, group_name))
+            coll = node(c10d.all_gather_into_tensor.default, (ph, world, group_name))
         elif kind == "reduce_scatter":
-            coll = node(c10d.reduce_scatter_tensor.default, (ph, "sum", world, group_name),
-                        lambda: c10d.reduce_scatter_tensor.default(x, "sum", world, group_name))
+            coll = node(c10d.reduce_scatter_tensor.default, (ph, "sum", world, group_name))
         else:
-            coll = node(c10d.all_reduce.default, (ph, "sum", group_name),
-                        lambda: c10d.all_reduce.default(x, "sum", group_name))
-        cval = coll.meta["val"]
-        wait = node(c10d.wait_tensor.default, (coll,), lambda: c10d.wait_tensor.default(cval))
-        wval = wait.meta["val"]
-        outputs.append(node(aten.mul.Tensor, (wait, 2), lambda: aten.mul.Tensor(wval, 2)))
+            coll = node(c10d.all_reduce.default, (ph, "sum", group_name))
+        wait = node(c10d.wait_tensor.default, (coll,))
+        outputs.append(node(aten.mul.Tensor, (wait, 2)))
     graph.output(tuple(outputs))
     return fx.GraphModule(torch.nn.Module(), graph)

@@ -68,7 +68,7 @@ def gather_bytes_where_unsupported(gm: fx.GraphModule, backend: str) -> None:
         node.args = (as_bytes, *node.args[1:])
         with graph.inserting_after(wait):
             back = graph.call_function(_from_bytes, (wait, dtype))
-        wait.replace_all_uses_with(back, delete_user_cb=lambda u: u is not back)
+        wait.replace_all_uses_with(back, delete_user_cb=lambda u, back=back: u is not back)
         changed = True
     if changed:
         gm.recompile()
