@@ -41,8 +41,9 @@ def _limit(kind: str, xs, group: str, world: int):
     """(program, inputs): one collective over pre-packed bytes, then the same doubling."""
     if kind == "all_gather":
         layout = plan_chunk([(x.numel() * x.element_size(), x.element_size()) for x in xs], 16)
+        names = ",".join(str(x.dtype)[6:] for x in xs)
         packed = torch.ops.bucketing_ops.all_gather_copy_in(
-            xs, [s.offset for s in layout.slots], ",".join(str(x.dtype)[6:] for x in xs), layout.chunk_bytes
+            xs, [s.offset for s in layout.slots], [x.numel() for x in xs], names, names, layout.chunk_bytes
         )
         meta = [(x.dtype, s.offset // x.element_size(), x.numel()) for x, s in zip(xs, layout.slots)]
         chunk = layout.chunk_bytes

@@ -178,3 +178,43 @@ def run_inductor_case(ctx, case_id: str, adapter_spec: str) -> dict:
         "plan": _plan_text(getattr(custom, "last_plan", None)),
         "code": code,
     }
+
+
+class _CountingWrapper:
+    """Runs the pass under test and records collective counts of each graph it sees."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.after: list[dict] = []
+
+    def __call__(self, graph):
+        if self.inner is not None:
+            self.inner(graph)
+        self.after.append(count_collectives(graph))
+
+    def uuid(self):
+        inner = getattr(self.inner, "uuid", lambda: None)()
+        return None if inner is None and self.inner is not None else f"counting:{inner}"
+
+
+def run_fsdp_autograd(ctx, adapter_spec: str, layers: int = 2, dim: int = 16) -> dict:
+    """Rank task: an FSDP-style module, forward + backward through torch.compile, with and
+    without the pass; loss and every gradient compared byte for byte."""
+    import torch._dynamo
+
+    from bucketing.toy_fsdp import ShardedMLP, loss_fn
+
+    adapter = adapters.load(adapter_spec)
+    group = ctx.groups["world"][2]
+    results = []
+    for custom in (None, adapter.inductor_pass() if adapter.inductor_pass else None):
+        torch._dynamo.reset()
+        model = ShardedMLP(layers, dim, ctx.world_size, ctx.rank).to(ctx.device)
+        x = torch.randn(4, dim, generator=torch.Generator().manual_seed(ctx.rank)).to(ctx.device)
+        counter = _CountingWrapper(custom)
+        with torch._inductor.config.patch(post_grad_custom_post_pass=counter, fx_graph_cache=False):
+            loss = torch.compile(loss_fn)(model, x, group)
+            loss.backward()
+        results.append(([loss.detach()] + [p.grad for p in model.parameters()], counter.after))
+    (plain, plain_counts), (bucketed, counts) = results
+    return {"diff": first_difference(plain, bucketed), "before": plain_counts, "after": counts}
