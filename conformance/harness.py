@@ -81,7 +81,7 @@ def first_difference(expected, actual) -> tuple[int, int, str] | None:
     for i, (e, a) in enumerate(zip(expected, actual)):
         if e.dtype != a.dtype or e.shape != a.shape:
             return (i, -1, f"{e.dtype}{list(e.shape)} expected, {a.dtype}{list(a.shape)} produced")
-        eb, ab = _as_bytes(e).reshape(-1).cpu(), _as_bytes(a).reshape(-1).cpu()
+        eb, ab = (t.detach().reshape(-1).contiguous().view(torch.uint8).cpu() for t in (e, a))
         diff = (eb != ab).nonzero()
         if diff.numel():
             off = int(diff[0])
@@ -197,7 +197,7 @@ class _CountingWrapper:
         return None if inner is None and self.inner is not None else f"counting:{inner}"
 
 
-def run_fsdp_autograd(ctx, adapter_spec: str, layers: int = 2, dim: int = 16) -> dict:
+def run_fsdp_autograd(ctx, adapter_spec: str, layers: int = 2, dim: int = 24) -> dict:
     """Rank task: an FSDP-style module, forward + backward through torch.compile, with and
     without the pass; loss and every gradient compared byte for byte."""
     import torch._dynamo
