@@ -18,7 +18,7 @@ from . import pass_cost
 
 STEP_CONFIGS_FULL = [  # (world, kind, n)
     (2, "all_gather", 64), (2, "all_gather", 256), (4, "all_gather", 64),
-    (2, "reduce_scatter", 64), (2, "reduce_scatter", 256), (4, "reduce_scatter", 64),
+    (2, "reduce_scatter", 64), (2, "reduce_scatter", 256),
 ]
 STEP_CONFIGS_QUICK = [(2, "all_gather", 64), (2, "reduce_scatter", 64)]
 

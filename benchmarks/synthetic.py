@@ -11,7 +11,11 @@ aten = torch.ops.aten
 
 
 def collective_graph(kind: str, n: int, group_name: str, world: int, even_sizes: bool = False) -> fx.GraphModule:
-    """N collectives of alternating bf16/f32, 64-70 elements, each result used by one mul."""
+    """N collectives, 64-70 elements, each result used by one mul.
+
+    All-gathers alternate bf16/f32. Reductions are all f32, so that torch's pass,
+    which merges only adjacent collectives of one dtype, has the same work to do.
+    """
     mode = FakeTensorMode()
     graph = fx.Graph()
     outputs = []
@@ -23,7 +27,7 @@ def collective_graph(kind: str, n: int, group_name: str, world: int, even_sizes:
         return nd
 
     for i in range(n):
-        dtype = torch.bfloat16 if i % 2 == 0 else torch.float32
+        dtype = torch.bfloat16 if i % 2 == 0 and kind == "all_gather" else torch.float32
         size = 64 + (2 * (i % 4) if even_sizes else i % 7)
         rows = size * (world if kind == "reduce_scatter" else 1)
         ph = graph.placeholder(f"x{i}")
