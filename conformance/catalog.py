@@ -104,6 +104,8 @@ def _cases() -> list[Case]:
     add(Case("ag-all-empty", (ag(bf16, 0), ag(f32, 0, 3), ag(i8, 0)), {"all_gather": 1}))
     add(Case("ag-empty-bytes-only", (ag(i16, 2, 0), ag(e5m2, 0, 3), ag(f32, 3)), {"all_gather": 1},
              note="fuzz counterexample: empty int16/fp8 members (gathered as bytes on gloo)"))
+    add(Case("ag-empty-strided-i16", (ag(i16, 0, 3, slice_input=True), ag(bf16, 3), ag(i16, 2, slice_input=True)),
+             {"all_gather": 1}, note="fuzz counterexample: empty strided int16 slice gathered as bytes"))
     add(Case("ag-3way", (ag(bf16, 5), ag(f32, 3), ag(e4m3, 7), ag(bf16, 1), ag(e4m3, 2)), {"all_gather": 1}))
     eight = (bf16, f16, f32, f64, e4m3, i8, i32, b)
     add(Case("ag-8way", tuple(ag(d, 3 + i) for i, d in enumerate(eight)), {"all_gather": 1}))

@@ -40,6 +40,8 @@ def count_collectives(graph: fx.Graph) -> dict[str, int]:
 
 
 def _as_bytes(x: torch.Tensor) -> torch.Tensor:
+    if x.numel() == 0:  # empty tensors may keep odd strides that view(uint8) rejects
+        return x.new_empty((*x.shape[:-1], x.shape[-1] * x.element_size()), dtype=torch.uint8)
     return x.contiguous().view(torch.uint8)
 
 
