@@ -27,6 +27,16 @@ class BucketReport:
     padding_bytes: int  # alignment padding moved by the merged collective
     collective: str  # name of the merged collective node
 
+    @property
+    def bytes(self) -> int:
+        """Alias of `nbytes`."""
+        return self.nbytes
+
+    @property
+    def member_names(self) -> tuple[str, ...]:
+        """Alias of `members`."""
+        return self.members
+
     def rank_neutral_line(self) -> str:
         """What every rank must agree on (group names can differ between subgroups)."""
         return (
