@@ -68,10 +68,18 @@ class MetaEvaluator:
             self._converted[node] = cached
         return cached
 
-    def call(self, graph: fx.Graph, target, args: tuple, created: list[fx.Node]) -> fx.Node:
-        node = graph.call_function(target, args)
+    def call(self, graph: fx.Graph, target, args: tuple, created: list[fx.Node], **kwargs) -> fx.Node:
+        node = graph.call_function(target, args, kwargs)
         created.append(node)
-        if target in VIEW_OPS:
+        if target is aten.clone.default:
+            # A dense copy: only shape and dtype matter (same shortcut as views).
+            src = self._meta(args[0])
+            meta_out = torch.empty(src.shape, dtype=src.dtype, device="meta")
+            self._meta_of[node] = meta_out
+            node.meta["val"] = self.mode.fake_tensor_converter.from_meta_and_device(
+                self.mode, meta_out, self.val(args[0]).device
+            )
+        elif target in VIEW_OPS:
             # Shape-only ops run on plain meta tensors, skipping fake dispatch and
             # its cache (about 20x cheaper; the per-member copy-out is most of
             # the nodes the pass creates). A chain of views shares one meta storage.
@@ -162,7 +170,10 @@ def _emit_all_gather(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int,
         start = slot.offset // itemsize
         part = meta.call(graph, aten.slice.Tensor, (grid, 1, start, start + slot.nbytes // itemsize), created)
         out_shape = [world * m.shape[0], *m.shape[1:]]
-        outputs.append(meta.call(graph, aten.reshape.default, (part, out_shape), created))
+        # Contiguous like the collective's own result: users traced against a
+        # contiguous tensor may `view` it. Inductor folds the clone into them.
+        dense = meta.call(graph, aten.clone.default, (part,), created, memory_format=torch.contiguous_format)
+        outputs.append(meta.call(graph, aten.view.default, (dense, out_shape), created))
     return EmittedBucket(bucket, issue, waits, outputs, layout.padding_bytes * world, gathered)
 
 

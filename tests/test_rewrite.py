@@ -40,13 +40,15 @@ def forward(self, w_1, n_1):
     view_dtype = torch.ops.aten.view.dtype(wait_tensor_default, torch.bfloat16)
     view_default = torch.ops.aten.view.default(view_dtype, [4, 16]);  view_dtype = None
     slice_tensor = torch.ops.aten.slice.Tensor(view_default, 1, 0, 5);  view_default = None
-    reshape_default = torch.ops.aten.reshape.default(slice_tensor, [20]);  slice_tensor = None
-    mul = torch.ops.aten.mul.Tensor(reshape_default, 2);  reshape_default = None
+    clone_default = torch.ops.aten.clone.default(slice_tensor, memory_format = torch.contiguous_format);  slice_tensor = None
+    view_default_1 = torch.ops.aten.view.default(clone_default, [20]);  clone_default = None
+    mul = torch.ops.aten.mul.Tensor(view_default_1, 2);  view_default_1 = None
     view_dtype_1 = torch.ops.aten.view.dtype(wait_tensor_default, torch.float32);  wait_tensor_default = None
-    view_default_1 = torch.ops.aten.view.default(view_dtype_1, [4, 8]);  view_dtype_1 = None
-    slice_tensor_1 = torch.ops.aten.slice.Tensor(view_default_1, 1, 4, 7);  view_default_1 = None
-    reshape_default_1 = torch.ops.aten.reshape.default(slice_tensor_1, [12]);  slice_tensor_1 = None
-    return (mul, reshape_default_1)""",
+    view_default_2 = torch.ops.aten.view.default(view_dtype_1, [4, 8]);  view_dtype_1 = None
+    slice_tensor_1 = torch.ops.aten.slice.Tensor(view_default_2, 1, 4, 7);  view_default_2 = None
+    clone_default_1 = torch.ops.aten.clone.default(slice_tensor_1, memory_format = torch.contiguous_format);  slice_tensor_1 = None
+    view_default_3 = torch.ops.aten.view.default(clone_default_1, [12]);  clone_default_1 = None
+    return (mul, view_default_3)""",
         )
 
 
