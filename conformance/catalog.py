@@ -108,6 +108,8 @@ def _cases() -> list[Case]:
              {"all_gather": 1}, note="fuzz counterexample: empty strided int16 slice gathered as bytes"))
     add(Case("ag-viewed-after-gather", (ag(f64, 1, 3, 5), ag(f32, 1, 8), ag(b, 2, depends_on=0)), {"all_gather": 2},
              note="fuzz counterexample: a later input views an earlier (multi-dim) result as 1-D"))
+    add(Case("ag-size-one-last-dim", (ag(i16, 3, 1, slice_input=True), ag(e4m3, 2, 1, slice_input=True), ag(f32, 3)),
+             {"all_gather": 1}, note="fuzz counterexample: size-1 last dim with stride 2, gathered as bytes"))
     add(Case("ag-3way", (ag(bf16, 5), ag(f32, 3), ag(e4m3, 7), ag(bf16, 1), ag(e4m3, 2)), {"all_gather": 1}))
     eight = (bf16, f16, f32, f64, e4m3, i8, i32, b)
     add(Case("ag-8way", tuple(ag(d, 3 + i) for i, d in enumerate(eight)), {"all_gather": 1}))

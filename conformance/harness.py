@@ -42,7 +42,9 @@ def count_collectives(graph: fx.Graph) -> dict[str, int]:
 def _as_bytes(x: torch.Tensor) -> torch.Tensor:
     if x.numel() == 0:  # empty tensors may keep odd strides that view(uint8) rejects
         return x.new_empty((*x.shape[:-1], x.shape[-1] * x.element_size()), dtype=torch.uint8)
-    return x.contiguous().view(torch.uint8)
+    # clone(contiguous_format) gives canonical strides; contiguous() may keep a
+    # stride != 1 on a size-1 last dim, which view(uint8) rejects.
+    return x.clone(memory_format=torch.contiguous_format).view(torch.uint8)
 
 
 def _from_bytes(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -83,7 +85,7 @@ def first_difference(expected, actual) -> tuple[int, int, str] | None:
     for i, (e, a) in enumerate(zip(expected, actual)):
         if e.dtype != a.dtype or e.shape != a.shape:
             return (i, -1, f"{e.dtype}{list(e.shape)} expected, {a.dtype}{list(a.shape)} produced")
-        eb, ab = (t.detach().reshape(-1).contiguous().view(torch.uint8).cpu() for t in (e, a))
+        eb, ab = (_as_bytes(t.detach().reshape(-1)).cpu() for t in (e, a))
         diff = (eb != ab).nonzero()
         if diff.numel():
             off = int(diff[0])
