@@ -64,6 +64,7 @@ def run(kinds=KINDS, sizes=SIZES, torch_limit_s: float = TORCH_LIMIT_S) -> list[
     rows = []
     for kind in kinds:
         torch_gave_up = False
+        previous = None
         for n in sizes:
             ours = measure("ours", kind, n, 600)
             theirs = None
@@ -74,8 +75,10 @@ def run(kinds=KINDS, sizes=SIZES, torch_limit_s: float = TORCH_LIMIT_S) -> list[
                 theirs = measure("torch", kind, n, torch_limit_s)
                 if theirs is None:
                     note = f"torch stopped after {torch_limit_s:.0f}s"
-                # Superlinear growth: the next size would run past the limit.
-                torch_gave_up = theirs is None or theirs * 4 > torch_limit_s
+                # Extrapolate the measured growth: skip a size that would run past the limit.
+                growth = max(4.0, theirs / previous) if theirs and previous else 4.0
+                torch_gave_up = theirs is None or theirs * growth > torch_limit_s
+                previous = theirs
             rows.append({"kind": kind, "n": n, "ours_s": ours, "torch_s": theirs, "note": note})
             print(f"pass cost {kind:<15} N={n:<5} ours {ours:8.3f}s  torch "
                   f"{'-' if theirs is None else f'{theirs:8.3f}s'}  {note}", flush=True)
