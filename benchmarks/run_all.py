@@ -68,13 +68,8 @@ def plot(pass_rows, step_rows, out: str) -> None:
         if theirs:
             ax.plot([r["n"] for r in theirs], [r["torch_s"] for r in theirs], "x--", label=f"torch {kind}")
     ax.set_xscale("log")
-    ax.set_yscale("log")
     ax.set_xlabel("collectives in the graph (N)")
-    ax.set_ylabel("pass time (s)")
-    ax.set_title("Pass cost")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "pass_cost.png"), dpi=120)
+    _finish(fig, ax, "pass time (s)", "Pass cost", os.path.join(out, "pass_cost.png"))
 
     if not step_rows:
         return
@@ -88,12 +83,16 @@ def plot(pass_rows, step_rows, out: str) -> None:
         ax.bar([j + i * width for j in range(len(configs))], ys, width, label=v)
     ax.set_xticks([j + 1.5 * width for j in range(len(configs))])
     ax.set_xticklabels([f"{k}\nw={w} N={n}" for k, w, n in configs], fontsize=7)
-    ax.set_ylabel("median step (ms)")
+    _finish(fig, ax, "median step (ms)", "Compiled step", os.path.join(out, "compiled_step.png"))
+
+
+def _finish(fig, ax, ylabel: str, title: str, path: str) -> None:
     ax.set_yscale("log")
-    ax.set_title("Compiled step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "compiled_step.png"), dpi=120)
+    fig.savefig(path, dpi=120)
 
 
 def markdown(pass_rows, step_rows) -> str:
