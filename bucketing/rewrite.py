@@ -1,7 +1,8 @@
 """Turn each planned bucket into one copy-in, one collective, one wait and copy-outs.
 
-Nodes are emitted with `graph.call_function` and given `meta["val"]` by running
-each op under the graph's fake mode; no tracing per bucket. Placement is left to
+Nodes are emitted with `graph.call_function`; no tracing per bucket. Each new
+node gets `meta["val"]`: the collective and copy-in by running under the
+graph's fake mode, the many per-member views and copies from plain meta tensors. Placement is left to
 `ordering.reorder`, which issues each bucket once its inputs exist and waits
 right before the first user of any member.
 """
@@ -9,7 +10,6 @@ right before the first user of any member.
 from __future__ import annotations
 
 import dataclasses
-import logging
 
 import torch
 import torch.fx as fx
@@ -18,8 +18,6 @@ from torch._subclasses.fake_tensor import FakeTensorMode, maybe_get_fake_mode
 from . import ops
 from .layout import plan_chunk
 from .planning import Bucket
-
-log = logging.getLogger("bucketing")
 
 c10d = torch.ops._c10d_functional
 aten = torch.ops.aten
@@ -74,11 +72,7 @@ class MetaEvaluator:
         if target is aten.clone.default:
             # A dense copy: only shape and dtype matter (same shortcut as views).
             src = self._meta(args[0])
-            meta_out = torch.empty(src.shape, dtype=src.dtype, device="meta")
-            self._meta_of[node] = meta_out
-            node.meta["val"] = self.mode.fake_tensor_converter.from_meta_and_device(
-                self.mode, meta_out, self.val(args[0]).device
-            )
+            self._set_meta(node, torch.empty(src.shape, dtype=src.dtype, device="meta"), args[0])
         elif target in VIEW_OPS:
             # Shape-only ops run on plain meta tensors, skipping fake dispatch and
             # its cache (about 20x cheaper; the per-member copy-out is most of
@@ -89,13 +83,16 @@ class MetaEvaluator:
                 meta_out = torch.empty(meta_args[1], dtype=meta_args[0].dtype, device="meta")
             else:
                 meta_out = target(*meta_args)
-            self._meta_of[node] = meta_out
-            device = self.val(args[0]).device
-            node.meta["val"] = self.mode.fake_tensor_converter.from_meta_and_device(self.mode, meta_out, device)
+            self._set_meta(node, meta_out, args[0])
         else:
             with self.mode:
                 node.meta["val"] = target(*fx.node.map_arg(args, self.val))
         return node
+
+    def _set_meta(self, node: fx.Node, meta_out: torch.Tensor, source: fx.Node) -> None:
+        self._meta_of[node] = meta_out
+        device = self.val(source).device
+        node.meta["val"] = self.mode.fake_tensor_converter.from_meta_and_device(self.mode, meta_out, device)
 
     def _meta(self, node: fx.Node) -> torch.Tensor:
         meta = self._meta_of.get(node)
