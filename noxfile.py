@@ -1,4 +1,4 @@
-"""Sessions: tests (default, CPU), conformance, lint, gpu_tests, demo, bench.
+"""Sessions: tests (default, CPU), conformance, fuzz, lint, gpu_tests, demo, bench.
 
 torch is installed explicitly and pinned: a bare `torch` would pull a CUDA
 build of several GB. Override with BUCKETING_TORCH, e.g. BUCKETING_TORCH="torch==2.11.0".
@@ -39,13 +39,6 @@ def conformance(session: nox.Session) -> None:
 
 
 @nox.session
-def slow(session: nox.Session) -> None:
-    """Long-running tests excluded from the default run."""
-    _install(session)
-    session.run("pytest", "-n", "2", "-m", "slow", *session.posargs, env=RANK_ENV)
-
-
-@nox.session
 def fuzz(session: nox.Session) -> None:
     """Many random collective programs on 3 gloo ranks (FUZZ_EXAMPLES, default 1000)."""
     _install(session)
@@ -55,6 +48,7 @@ def fuzz(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
+    """ruff over the package, the suite, tests and benchmarks."""
     session.install("ruff")
     session.run("ruff", "check", "bucketing", "conformance", "tests", "benchmarks", "noxfile.py")
 
