@@ -33,7 +33,10 @@ def _check_example(pool, steps, options, adapter_spec):
 
 
 @pytest.mark.parametrize("world_size", [WORLD])
-def test_random_programs(world_size, rank_pools, request):
+def test_random_programs(world_size, rank_pools, bucketing_adapter, request):
+    reason = bucketing_adapter.xfail_reason("fuzz")
+    if reason:
+        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
     pool = rank_pools.get(world_size)
     adapter_spec = request.config.getoption("--bucketing-pass")
 
