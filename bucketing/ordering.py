@@ -33,10 +33,6 @@ class GraphSnapshot:
             if is_barrier(node):
                 self.barriers.append(node)
 
-    def first_use(self, node: fx.Node) -> int:
-        users = [self.position[u] for u in node.users if u in self.position]
-        return min(users) if users else self.position[node]
-
 
 def reorder(
     graph: fx.Graph,

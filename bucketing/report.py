@@ -65,10 +65,6 @@ class Plan:
             out[b.kind] = out.get(b.kind, 0) + 1
         return out
 
-    def signature(self) -> list[tuple]:
-        """What must agree across ranks: kinds, groups, ops, dtypes, members, bytes."""
-        return [(b.kind, b.group, b.reduce_op, b.dtypes, b.members, b.nbytes, b.padding_bytes) for b in self.buckets]
-
 
 def describe(emitted) -> BucketReport:
     bucket = emitted.bucket
