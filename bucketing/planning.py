@@ -79,19 +79,15 @@ def plan_buckets(
         stages = compute_stages(graph)
         position = {n: i for i, n in enumerate(graph.nodes)}
 
-    def stage_ranges(c: Collective) -> tuple[int, int]:
-        if not locality:
-            return 0, 0
-        source = c.cast_source if c.cast_source is not None else c.input
-        return stages[source], first_use_stage(c.wait, stages, position)
-
     def locality_key(c: Collective) -> tuple:
         # One bucket per stage window: all-gathers (prefetches) by where their
         # results are first used, reductions (gradients) by where their inputs
         # become ready, so each bucket is issued and waited within one stretch
         # of compute.
-        in_stage, use_stage = stage_ranges(c)
-        stage = use_stage if c.kind == "all_gather" else in_stage
+        if c.kind == "all_gather":
+            stage = first_use_stage(c.wait, stages, position)
+        else:
+            stage = stages[c.cast_source if c.cast_source is not None else c.input]
         return (stage // (options.locality_window + 1),)
 
     buckets: list[Bucket] = []
