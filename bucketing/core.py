@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
-from . import ordering, report
+from . import ordering, policy, report
 from .collectives import find_collectives
 from .options import BucketingOptions, make_options
 from .planning import plan_buckets
@@ -48,7 +48,7 @@ def _apply(graph: fx.Graph, opts: BucketingOptions) -> Plan:
         plan = Plan([], skipped, time.perf_counter() - start)
         report.publish(plan)
         return plan
-    buckets, over_cap = plan_buckets(graph, collectives, opts)
+    buckets, over_cap, whens, timeline = plan_buckets(graph, collectives, opts)
     skipped.extend(over_cap)
     merged = [b for b in buckets if len(b.members) > 1]
     if not merged:
@@ -66,13 +66,15 @@ def _apply(graph: fx.Graph, opts: BucketingOptions) -> Plan:
             log.warning("bucketing: left bucket %s unmerged: %s: %s", bucket.index, type(exc).__name__, exc)
             skipped.extend(report.skipped_members(bucket, f"rewrite failed: {exc}"))
 
+    issue_at = policy.issue_positions([e.bucket for e in emitted], whens)
     issue_priority, issue_segment, fallback = {}, {}, {}
     for e in emitted:
         members = e.bucket.members
-        first = min(snapshot.position[m.node] for m in members)
+        first = issue_at[id(e.bucket)]
         segment = snapshot.segment[members[0].node]
         for k, node in enumerate(e.issue_nodes):
-            issue_priority[node] = (first, 1, k)
+            # Before everything placed at that position, the previous bucket's wait included.
+            issue_priority[node] = (first, -1000, k)
             issue_segment[node] = segment
         first_wait = min(snapshot.position[m.wait] for m in members)
         for node in e.wait_nodes + [o for o in e.outputs if o is not None]:
@@ -83,7 +85,8 @@ def _apply(graph: fx.Graph, opts: BucketingOptions) -> Plan:
     for e in emitted:
         replace_members(graph, e)
     ordering.reorder(graph, snapshot, issue_priority, issue_segment, fallback)
-    plan = Plan([report.describe(e) for e in emitted], skipped, time.perf_counter() - start)
+    reports = [report.describe(e, whens, timeline, issue_at[id(e.bucket)]) for e in emitted]
+    plan = Plan(reports, skipped, time.perf_counter() - start)
     if opts.verify_plan_across_ranks:
         _insert_plan_check(graph, plan)
     graph.lint()

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Union
 
 COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+POLICIES = ("locality", "merge_all")
 
 # torch's own default cap is 2000 MB; we keep the same "merge generously" default.
 DEFAULT_BUCKET_CAP_MB = 2000.0
@@ -34,11 +35,18 @@ class BucketingOptions:
     alignment_bytes: int = DEFAULT_ALIGNMENT_BYTES
     # Fold a single-use dtype cast feeding an all-gather into the copy-in.
     fuse_casts: bool = True
-    # "merge_all": merge up to the caps. "locality": also keep each bucket within
-    # `locality_window` heavy-compute stages (see policy.py), so results are not
-    # materialized long before they are used and collectives overlap compute.
-    policy: str = "merge_all"
-    locality_window: int = 2
+    # "locality" (default): merge up to the caps, but keep each bucket within
+    # `locality_flops` of compute, keep its overlap window open, and split
+    # buckets that would raise the estimated peak memory by more than
+    # `memory_budget_mb` (see policy.py). "merge_all": the caps alone.
+    policy: str = "locality"
+    # Estimated FLOPs of matmul/convolution/attention one bucket may span
+    # (between its members' first uses, or their inputs' producers for
+    # reductions). None: what one collective's latency is worth on the graph's
+    # device, so merging never gives up overlap that could hide a collective.
+    locality_flops: float | None = None
+    # How far bucketing may raise the estimated peak live bytes. None: one bucket cap.
+    memory_budget_mb: float | None = None
     # At the first run, all-gather a digest of the plan and raise, naming the
     # first differing bucket, if ranks disagree (instead of deadlocking).
     verify_plan_across_ranks: bool = dataclasses.field(
@@ -61,11 +69,10 @@ class BucketingOptions:
             raise ValueError(f"multidtype must be a bool, got {self.multidtype!r}")
         if not isinstance(self.fuse_casts, bool):
             raise ValueError(f"fuse_casts must be a bool, got {self.fuse_casts!r}")
-        if self.policy not in ("merge_all", "locality"):
-            raise ValueError(f"policy must be 'merge_all' or 'locality', got {self.policy!r}")
-        window = self.locality_window
-        if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 0:
-            raise ValueError(f"locality_window must be an int >= 0, got {window!r}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
+        _check_optional_number("locality_flops", self.locality_flops)
+        _check_optional_number("memory_budget_mb", self.memory_budget_mb)
         if not isinstance(self.verify_plan_across_ranks, bool):
             raise ValueError(f"verify_plan_across_ranks must be a bool, got {self.verify_plan_across_ranks!r}")
         _check_cap(self.bucket_cap_mb)
@@ -106,9 +113,17 @@ class BucketingOptions:
             self.fuse_casts,
             self.verify_plan_across_ranks,
             self.policy,
-            self.locality_window,
+            self.locality_flops,
+            self.memory_budget_mb,
         )
         return repr(fields)
+
+
+def _check_optional_number(name: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
+        raise ValueError(f"{name} must be None or a number >= 0, got {value!r}")
 
 
 def _check_cap(cap: object) -> None:

@@ -2,9 +2,10 @@
 
 A stable topological sort (Kahn's algorithm, ready nodes taken by priority):
 original nodes keep their old position as priority; a bucket's issue nodes
-take the position of its first member, so they run as soon as the last member
-input exists; wait and copy-out nodes take their first user's position, so they
-run just before it. Nodes with side effects stay in their segment: everything
+take the position policy.issue_positions chooses (once the last member input
+exists, and not before the previous bucket is waited on) and go before
+everything else there; wait and copy-out nodes take their first user's
+position, so they run just before it. Nodes with side effects stay in their segment: everything
 before a barrier stays before it and everything after stays after it.
 """
 

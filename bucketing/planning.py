@@ -23,9 +23,9 @@ from collections import defaultdict
 import torch
 import torch.fx as fx
 
+from . import policy
 from .collectives import Collective, Skipped
 from .options import BucketingOptions
-from .policy import compute_stages, first_use_stage
 
 
 @dataclasses.dataclass
@@ -38,6 +38,12 @@ class Bucket:
     cap_bytes: float
     members: list[Collective] = dataclasses.field(default_factory=list)
     nbytes: int = 0  # payload bytes, the larger side of each member; padding excluded
+    span: policy.Span | None = None  # what the locality policy tracks
+
+    def part(self, members: list[Collective]) -> Bucket:
+        """A bucket of some of these members (a split keeps key, index and cap)."""
+        return Bucket(self.index, self.kind, self.key, self.cap_bytes, list(members),
+                      sum(m.nbytes for m in members))
 
     @property
     def group_name(self) -> str:
@@ -49,10 +55,7 @@ class Bucket:
 
 
 def bucket_key(c: Collective, multidtype: bool) -> tuple:
-    """(kind, group name, reduce op, dtype); dtype is None for multi-dtype all-gathers.
-
-    The locality policy appends (input stage window, first-use stage window).
-    """
+    """(kind, group name, reduce op, dtype); dtype is None for multi-dtype all-gathers."""
     dtype = None if (c.kind == "all_gather" and multidtype) else c.dtype
     return (c.kind, c.group_name, c.reduce_op, dtype)
 
@@ -71,24 +74,20 @@ def is_barrier(node: fx.Node) -> bool:
 
 def plan_buckets(
     graph: fx.Graph, collectives: list[Collective], options: BucketingOptions
-) -> tuple[list[Bucket], list[Skipped]]:
-    """All buckets in order of their first member, singletons included."""
-    by_node = {c.node: c for c in collectives}
-    locality = options.policy == "locality"
-    if locality:
-        stages = compute_stages(graph)
-        position = {n: i for i, n in enumerate(graph.nodes)}
+) -> tuple[list[Bucket], list[Skipped], dict[fx.Node, policy.When], policy.Timeline]:
+    """All buckets in order of their first member, singletons included.
 
-    def locality_key(c: Collective) -> tuple:
-        # One bucket per stage window: all-gathers (prefetches) by where their
-        # results are first used, reductions (gradients) by where their inputs
-        # become ready, so each bucket is issued and waited within one stretch
-        # of compute.
-        if c.kind == "all_gather":
-            stage = first_use_stage(c.wait, stages, position)
-        else:
-            stage = stages[c.cast_source if c.cast_source is not None else c.input]
-        return (stage // (options.locality_window + 1),)
+    Also returns what the policy knows of each collective (by node) and the
+    graph's timeline, for the plan report.
+    """
+    by_node = {c.node: c for c in collectives}
+    timeline = policy.Timeline(graph)
+    whens = {c.node: policy.when(c, timeline) for c in collectives}
+    locality = options.policy == "locality"
+    window = options.locality_flops
+    if window is None:
+        device = collectives[0].node.meta["val"].device.type if collectives else "cpu"
+        window = policy.default_locality_flops(device)
 
     buckets: list[Bucket] = []
     skipped: list[Skipped] = []
@@ -105,16 +104,17 @@ def plan_buckets(
 
     def assign(c: Collective, mask: int) -> int | None:
         key = bucket_key(c, options.multidtype)
-        if locality:
-            key = key + locality_key(c)
+        w = whens[c.node]
         bid = open_by_key.get(key)
         if bid is not None:
             bucket = buckets[bid]
             fits = bucket.nbytes + c.nbytes <= bucket.cap_bytes
             room = options.max_bucket_count is None or len(bucket.members) < options.max_bucket_count
-            if fits and room and not (mask >> bid) & 1:
+            near = not locality or policy.admits(bucket.span, w, timeline, window)
+            if fits and room and near and not (mask >> bid) & 1:
                 bucket.members.append(c)
                 bucket.nbytes += c.nbytes
+                bucket.span = bucket.span.add(w)
                 close_dependencies(mask, bid)
                 return bid
         index = next_index[c.kind]
@@ -125,7 +125,7 @@ def plan_buckets(
             return None
         next_index[c.kind] += 1
         bid = len(buckets)
-        buckets.append(Bucket(index, c.kind, key, cap, [c], c.nbytes))
+        buckets.append(Bucket(index, c.kind, key, cap, [c], c.nbytes, policy.Span.of(w)))
         open_by_key[key] = bid
         close_dependencies(mask, bid)
         return bid
@@ -144,4 +144,23 @@ def plan_buckets(
             barrier_mask = mask
         everything |= mask
         masks[node] = mask
-    return buckets, skipped
+
+    if locality and any(len(b.members) > 1 for b in buckets):
+        budget = options.memory_budget_mb
+        budget_bytes = max(b.cap_bytes for b in buckets) if budget is None else budget * 1024 * 1024
+        # Merging adds at most four times the merged bytes (inputs and results
+        # held longer, one packed copy); skip the sweep when even that fits.
+        merged_bytes = sum(b.nbytes for b in buckets if len(b.members) > 1)
+        if 4 * merged_bytes > budget_bytes:
+            buckets = policy.split_for_memory(buckets, whens, policy.live_bytes(graph), budget_bytes)
+            buckets.sort(key=lambda b: whens[b.members[0].node].position)
+            _renumber(buckets)
+    return buckets, skipped, whens, timeline
+
+
+def _renumber(buckets: list[Bucket]) -> None:
+    """Per-kind indices in graph order again after splits."""
+    counts: dict[str, int] = defaultdict(int)
+    for b in buckets:
+        b.index = counts[b.kind]
+        counts[b.kind] += 1

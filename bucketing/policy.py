@@ -1,54 +1,285 @@
-"""When results are needed: compute stages, the locality rule, and a memory estimate.
+"""When results are needed: compute between collectives, overlap, and memory.
 
-Merging by byte cap alone can gather every layer's parameters at the start of
-a forward pass. The locality rule keeps a bucket inside one "stage" of the
-program: a stage ends at each heavy compute op (matmul, convolution,
-attention), so in an FSDP-style graph a bucket holds one layer's parameters,
-issued while the previous layer computes. All-gathers are grouped by where
-their results are first used, reductions by where their inputs become ready.
+A byte cap alone can gather every layer's parameters at the start of a forward
+pass: peak memory jumps to the unsharded model and the prefetch of layer i+1
+no longer overlaps layer i's compute. The locality policy reads three facts of
+each collective, all in graph order:
+
+- where it is needed: the first user of an all-gather's result, or where a
+  reduction's input is produced (gradients become ready layer by layer);
+- the compute in between, as FLOPs of matmuls, convolutions and attention
+  (`torch.utils.flop_counter`'s formulas on the nodes' shapes);
+- live bytes, from a sweep over the node order (each output lives until its
+  last user).
+
+A member joins a bucket only while the bucket spans at most `locality_flops`
+of compute. The default is what one collective's latency is worth in compute
+on the graph's device: splitting a bucket where less compute separates its
+members cannot hide the extra collective, so merging gives nothing up there.
+A member is refused if it would shrink the bucket's overlap window (compute
+between its inputs being ready and its first use) below that same amount. After planning, buckets that
+raise the estimated peak beyond the memory budget are split where the peak is.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.fx as fx
+from torch.utils.flop_counter import flop_registry
 
-aten = torch.ops.aten
-
-HEAVY_OPS = frozenset(
-    op
-    for name in (
-        "mm", "addmm", "bmm", "baddbmm", "convolution", "convolution_backward", "_scaled_mm",
-        "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-        "_scaled_dot_product_cudnn_attention", "_flash_attention_forward", "_efficient_attention_forward",
-    )
-    if hasattr(aten, name)
-    for op in [getattr(aten, name).default]
-)
+# Rough device figures: a small collective's fixed latency and sustained matmul
+# throughput. Their product is the compute one collective's latency is worth.
+_LATENCY_S = {"cpu": 500e-6, "cuda": 30e-6}
+_FLOPS_PER_S = {"cpu": 3e10, "cuda": 2e14}
 
 
-def compute_stages(graph: fx.Graph) -> dict[fx.Node, int]:
-    """Per node: how many heavy compute ops come before it in graph order."""
-    stages = {}
-    count = 0
+def default_locality_flops(device_type: str) -> float:
+    kind = "cpu" if device_type == "cpu" else "cuda"
+    return _LATENCY_S[kind] * _FLOPS_PER_S[kind]
+
+
+def node_flops(node: fx.Node) -> float:
+    """Estimated FLOPs of one node; 0 for anything without a formula or with symbolic sizes."""
+    if node.op != "call_function":
+        return 0.0
+    formula = flop_registry.get(getattr(node.target, "overloadpacket", None))
+    if formula is None:
+        return 0.0
+
+    def val(n: fx.Node):
+        return n.meta.get("val")
+
+    try:
+        flops = formula(*fx.node.map_arg(node.args, val), **fx.node.map_arg(node.kwargs, val),
+                        out_val=node.meta.get("val"))
+    except Exception:
+        return 0.0
+    return float(flops) if isinstance(flops, (int, float)) else 0.0
+
+
+class Timeline:
+    """Node positions and the estimated FLOPs of the compute before each position."""
+
+    def __init__(self, graph: fx.Graph):
+        self.position: dict[fx.Node, int] = {}
+        self.flops_before: list[float] = []
+        total = 0.0
+        for i, node in enumerate(graph.nodes):
+            self.position[node] = i
+            self.flops_before.append(total)
+            total += node_flops(node)
+        self.flops_before.append(total)
+
+    def flops_between(self, start: int, end: int) -> float:
+        return max(0.0, self.flops_before[end] - self.flops_before[start]) if end > start else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class When:
+    """Where one collective sits and what it holds, in original graph positions."""
+
+    position: int  # the collective itself
+    ready: int  # the producer of what it reads
+    first_use: int  # earliest user of its result
+    last_use: int  # latest user of its result
+    in_bytes: int
+    out_bytes: int
+    anchor_flops: float  # all-gathers: compute before the first use; reductions: before the input is ready
+
+
+def when(c, timeline: Timeline) -> When:
+    pos = timeline.position
+    source = c.cast_source if c.cast_source is not None else c.input
+    users = [pos[u] for u in c.wait.users]
+    first_use = min(users, default=pos[c.wait])
+    in_bytes = c.numel * c.dtype.itemsize
+    if c.kind == "all_gather":
+        out_bytes = in_bytes * c.group_size
+    elif c.kind == "reduce_scatter":
+        out_bytes = in_bytes // max(c.group_size, 1)
+    else:
+        out_bytes = in_bytes
+    anchor = first_use if c.kind == "all_gather" else pos[source]
+    return When(pos[c.node], pos[source], first_use, max(users, default=pos[c.wait]),
+                in_bytes, out_bytes, timeline.flops_before[anchor])
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """What a bucket's members cover: the anchor range, last input, first use."""
+
+    low: float
+    high: float
+    ready: int
+    first_use: int
+
+    @staticmethod
+    def of(w: When) -> Span:
+        return Span(w.anchor_flops, w.anchor_flops, w.ready, w.first_use)
+
+    def add(self, w: When) -> Span:
+        return Span(min(self.low, w.anchor_flops), max(self.high, w.anchor_flops),
+                    max(self.ready, w.ready), min(self.first_use, w.first_use))
+
+
+def admits(span: Span, w: When, timeline: Timeline, window_flops: float) -> bool:
+    """The locality and overlap rules: may a collective with `w` join a bucket covering `span`?"""
+    grown = span.add(w)
+    if grown.high - grown.low > window_flops:
+        return False
+    # Compute between issue and wait is what hides the collective: a bucket
+    # whose window could hide one keeps it.
+    def hides(s: Span) -> bool:
+        return timeline.flops_between(s.ready + 1, s.first_use) > window_flops
+
+    return hides(grown) or not hides(span)
+
+
+def issue_positions(buckets: list, whens: dict) -> dict[int, int]:
+    """Per merged bucket (by id): the position it is issued before.
+
+    As early as its inputs allow, but not before the previous bucket of its
+    kind and group is waited on: each bucket is prefetched while the one before
+    it is used (FSDP's forward prefetch), and at most two are in flight.
+    """
+    out: dict[int, int] = {}
+    previous_use: dict[tuple, int] = {}
+    merged = sorted((b for b in buckets if len(b.members) > 1),
+                    key=lambda b: whens[b.members[0].node].position)
+    for b in merged:
+        ws = [whens[m.node] for m in b.members]
+        first = min(w.position for w in ws)
+        ready = max(w.ready for w in ws) + 1
+        stream = (b.kind, b.group_name)
+        out[id(b)] = max(ready, min(first, previous_use.get(stream, first)))
+        previous_use[stream] = min(w.first_use for w in ws)
+    return out
+
+
+def bucket_extra_intervals(bucket, whens: dict, issue: int) -> list[tuple[int, int, int]]:
+    """(start, end inclusive, bytes) that merging adds over the unbucketed live ranges.
+
+    The merged result is allocated at the issue and held until every member is
+    copied out: all-gather copy-outs are fresh tensors made at each member's
+    first use; reduce-scatter and all-reduce results are views, held to the
+    last use. Inputs read after their own collective's place are held longer,
+    and the packed input is one more buffer at the issue.
+    """
+    ws = [whens[m.node] for m in bucket.members]
+    held_until = max(w.first_use if bucket.kind == "all_gather" else w.last_use for w in ws)
+    out = [
+        (issue, issue, sum(w.in_bytes for w in ws)),
+        (issue, max(issue, held_until), sum(w.out_bytes for w in ws)),
+    ]
+    for w in ws:
+        if issue > w.position:
+            out.append((w.position + 1, issue, w.in_bytes))
+    return out
+
+
+def peak_of(intervals: list[tuple[int, int, int]]) -> int:
+    events: dict[int, int] = {}
+    for start, end, size in intervals:
+        events[start] = events.get(start, 0) + size
+        events[end + 1] = events.get(end + 1, 0) - size
+    live = peak = 0
+    for t in sorted(events):
+        live += events[t]
+        peak = max(peak, live)
+    return peak
+
+
+def split_for_memory(buckets: list, whens: dict, base_live: list[int], budget: float) -> list:
+    """Halve the bucket that adds most at the estimated peak until it is within `budget` of the unbucketed one."""
+    limit = max(base_live, default=0) + budget
+    size = len(base_live) + 2
+    while True:
+        issue = issue_positions(buckets, whens)
+        extra = [0] * size
+        per_bucket = {}
+        for b in buckets:
+            if len(b.members) < 2:
+                continue
+            per_bucket[id(b)] = intervals = bucket_extra_intervals(b, whens, issue[id(b)])
+            for start, end, nbytes in intervals:
+                extra[start] += nbytes
+                extra[end + 1] -= nbytes
+        live, worst, at = 0, -1, 0
+        for t, base in enumerate(base_live):
+            live += extra[t]
+            if base + live > worst:
+                worst, at = base + live, t
+        if worst <= limit:
+            return buckets
+
+        def at_peak(b) -> int:
+            return sum(n for s, e, n in per_bucket.get(id(b), ()) if s <= at <= e)
+
+        culprit = max(buckets, key=at_peak)
+        if at_peak(culprit) == 0:
+            return buckets
+        # Halve it by bytes: balanced parts keep the most merging for the memory.
+        members = culprit.members
+        half, running, cut = culprit.nbytes / 2, 0, 1
+        for cut, m in enumerate(members[:-1], start=1):
+            running += m.nbytes
+            if running >= half:
+                break
+        i = next(k for k, b in enumerate(buckets) if b is culprit)
+        buckets[i:i + 1] = [culprit.part(members[:cut]), culprit.part(members[cut:])]
+
+
+def live_bytes(graph: fx.Graph) -> list[int]:
+    """Live tensor bytes at each node position.
+
+    A tensor is allocated by the node that makes it and lives until the last
+    user of it or of any view of it (views, including a collective's wait, add
+    no bytes). Graph inputs are not counted. A coarse estimate, the same for
+    every variant, good enough to compare plans of one graph.
+    """
+    order: dict[fx.Node, int] = {}
+    owner: dict[fx.Node, fx.Node] = {}
+    last_use: dict[fx.Node, int] = {}
+    for i, node in enumerate(graph.nodes):
+        order[node] = i
+        inputs = node.all_input_nodes
+        owner[node] = owner[inputs[0]] if inputs and _is_alias(node) else node
+        for inp in inputs:
+            last_use[owner[inp]] = i
+    frees: dict[int, int] = {}
+    live = 0
+    out = []
     for node in graph.nodes:
-        stages[node] = count
-        if node.op == "call_function" and node.target in HEAVY_OPS:
-            count += 1
-    return stages
+        if owner[node] is node and node.op not in ("placeholder", "output", "get_attr"):
+            size = _nbytes(node.meta.get("val"))
+            live += size
+            end = last_use.get(node, order[node])
+            frees[end] = frees.get(end, 0) + size
+        out.append(live)
+        live -= frees.pop(order[node], 0)
+    return out
 
 
-def first_use_stage(wait: fx.Node, stages: dict[fx.Node, int], position: dict[fx.Node, int]) -> int:
-    users = list(wait.users)
-    if not users:
-        return stages[wait]
-    return stages[min(users, key=position.__getitem__)]
+def _is_alias(node: fx.Node) -> bool:
+    """Does the node return (a view of) its first input rather than new memory?"""
+    if node.op != "call_function":
+        return False
+    if node.target is torch.ops._c10d_functional.wait_tensor.default:
+        return True
+    schema = getattr(node.target, "_schema", None)
+    return bool(schema is not None and schema.returns and schema.returns[0].alias_info is not None)
+
+
+def estimate_peak_bytes(graph: fx.Graph) -> int:
+    return max(live_bytes(graph), default=0)
 
 
 def _nbytes(val) -> int:
     if isinstance(val, torch.Tensor):
         try:
-            return int(val.untyped_storage().nbytes()) if val._base is None else 0
+            return int(val.untyped_storage().nbytes())
         except Exception:
             n = 1
             for s in val.shape:
@@ -57,28 +288,3 @@ def _nbytes(val) -> int:
     if isinstance(val, (list, tuple)):
         return sum(_nbytes(v) for v in val)
     return 0
-
-
-def estimate_peak_bytes(graph: fx.Graph) -> int:
-    """Peak of live tensor bytes in node order: each output lives until its last user.
-
-    Views (tensors with a base) add nothing. A coarse estimate, the same for
-    every variant, good enough to compare plans of one graph.
-    """
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    last_use: dict[fx.Node, int] = {}
-    for node in graph.nodes:
-        for inp in node.all_input_nodes:
-            last_use[inp] = order[node]
-    frees: dict[int, int] = {}
-    live = peak = 0
-    for node in graph.nodes:
-        if node.op in ("placeholder", "output", "get_attr"):
-            continue
-        size = _nbytes(node.meta.get("val"))
-        live += size
-        peak = max(peak, live)
-        end = last_use.get(node, order[node])
-        frees[end] = frees.get(end, 0) + size
-        live -= frees.pop(order[node], 0)
-    return peak

@@ -8,6 +8,7 @@ import logging
 
 import torch
 
+from . import policy
 from .collectives import Skipped
 
 log = logging.getLogger("bucketing")
@@ -26,6 +27,13 @@ class BucketReport:
     nbytes: int  # payload: sum of each member's larger side
     padding_bytes: int  # alignment padding moved by the merged collective
     collective: str  # name of the merged collective node
+    # When, in positions of the graph before the rewrite (see policy.py):
+    issued_at: int = -1  # where the merged collective may start
+    first_use: int = -1  # first user of any member's result
+    last_use: int = -1  # last user of any member's result
+    overlap_nodes: int = 0  # nodes between issue and first use
+    overlap_flops: float = 0.0  # estimated compute between issue and first use
+    extra_peak_bytes: int = 0  # estimated rise of live bytes this bucket causes at worst
 
     @property
     def bytes(self) -> int:
@@ -52,6 +60,13 @@ class BucketReport:
             f"-> {self.collective}"
         )
 
+    def timing_line(self) -> str:
+        return (
+            f"issued @{self.issued_at}, first use @{self.first_use}, last use @{self.last_use}; "
+            f"overlap {self.overlap_nodes} nodes, {self.overlap_flops:.3g} FLOPs; "
+            f"est. peak +{self.extra_peak_bytes} bytes"
+        )
+
 
 @dataclasses.dataclass
 class Plan:
@@ -66,8 +81,10 @@ class Plan:
         return out
 
 
-def describe(emitted) -> BucketReport:
+def describe(emitted, whens, timeline, issued_at: int) -> BucketReport:
     bucket = emitted.bucket
+    ws = [whens[m.node] for m in bucket.members]
+    first_use = min(w.first_use for w in ws)
     dtypes: list[str] = []
     for m in bucket.members:
         name = str(m.dtype).removeprefix("torch.")
@@ -83,6 +100,12 @@ def describe(emitted) -> BucketReport:
         nbytes=bucket.nbytes,
         padding_bytes=emitted.padding_bytes,
         collective=emitted.collective.name,
+        issued_at=issued_at,
+        first_use=first_use,
+        last_use=max(w.last_use for w in ws),
+        overlap_nodes=max(0, first_use - issued_at),
+        overlap_flops=timeline.flops_between(issued_at, first_use),
+        extra_peak_bytes=policy.peak_of(policy.bucket_extra_intervals(bucket, whens, issued_at)),
     )
 
 
@@ -105,6 +128,7 @@ def explain(plan_or_gm, **options) -> str:
     for b in plan.buckets:
         lines.append("  " + b.line())
         lines.append("    members: " + " ".join(b.members))
+        lines.append("    when: " + b.timing_line())
     for s in plan.skipped:
         lines.append(f"  left {s.node_name}: {s.reason}")
     return "\n".join(lines)

@@ -167,6 +167,7 @@ TORCH_EXPECTED_FAILURES = {
     "mixed-kinds-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
     "rs-per-dtype-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
     "rs-per-op-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
+    "policy-*": "has no locality policy (merges every collective of one key up to the cap), and merges only adjacent collectives",
     "rs-two-groups-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
 }
 

@@ -170,6 +170,19 @@ def _cases() -> list[Case]:
               rs(f32, 8, 4), rs(f32, 4), rs(f32, 8, 4), rs(f32, 4)),
              {"all_gather": 1, "reduce_scatter": 1}))
 
+    # Policy: six FSDP-style layers, each gathering an f32 norm (used by a
+    # pointwise op) and a bf16 weight (used by a matmul, the heavy compute that
+    # separates layers). Each layer's matmul costs 2 * 4w * 8 * 4w = 256 w^2 FLOPs.
+    layers = tuple(st for _ in range(6) for st in (ag(f32, 4, use_now=True), ag(bf16, 4, 8, matmul_now=True)))
+    add(Case("policy-layers-one-per-layer", layers, {"all_gather": 6}, {"locality_flops": 0},
+             note="no compute inside a bucket: buckets follow layers, not the whole model"))
+    add(Case("policy-layers-two-per-bucket", layers, {"all_gather": 3}, lambda w: {"locality_flops": 256 * w * w},
+             note="a window of exactly one layer's matmul: layers pair up (inclusive)"))
+    add(Case("policy-layers-tiny-compute", layers, {"all_gather": 1},
+             note="default window: compute this small cannot hide a collective, so all layers merge"))
+    add(Case("policy-layers-merge-all", layers, {"all_gather": 1}, {"policy": "merge_all", "locality_flops": 0},
+             note="merge_all ignores locality"))
+
     # Caps. Sizes are the larger side: an all-gather counts its gathered output.
     four = (ag(f32, 16), ag(f32, 16), ag(f32, 16), ag(f32, 16))
     add(Case("ag-cap-inclusive", four, {"all_gather": 1},

@@ -31,6 +31,7 @@ class Step:
     slice_input: bool = False  # input is a strided slice of a larger tensor
     depends_on: int | None = None  # input is mixed with the result of this earlier step
     use_now: bool = False  # consume the result right after the collective
+    matmul_now: bool = False  # feed the (floating) result to a matmul right after: heavy compute
 
     def input_shape(self, group_size: int) -> tuple[int, ...]:
         if self.kind == "reduce_scatter":
@@ -47,6 +48,12 @@ def consume(t: torch.Tensor) -> torch.Tensor:
     if t.dtype.is_floating_point:
         return t * 2
     return t + 1
+
+
+def matmul(t: torch.Tensor) -> torch.Tensor:
+    """Heavy compute on a result: its rows times their transpose, in its own dtype."""
+    rows = t.reshape(t.shape[0], -1)
+    return rows @ rows.t()
 
 
 def mix(x: torch.Tensor, earlier: torch.Tensor) -> torch.Tensor:
@@ -95,7 +102,10 @@ def build(steps: tuple[Step, ...], groups: dict):
                 r = c10d.all_reduce(x, step.reduce_op, group_name)
             r = c10d.wait_tensor(r)
             results.append(r)
-            outputs.append(consume(r) if step.use_now else r)
+            if step.matmul_now:
+                outputs.append(matmul(r))
+            else:
+                outputs.append(consume(r) if step.use_now else r)
         return tuple(outputs)
 
     return program

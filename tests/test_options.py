@@ -20,7 +20,10 @@ from bucketing.options import make_options
         ({"alignment_bytes": 0}, "alignment_bytes"),
         ({"fuse_casts": 1}, "fuse_casts"),
         ({"policy": "greedy"}, "policy"),
-        ({"locality_window": -1}, "locality_window"),
+        ({"locality_flops": -1}, "locality_flops"),
+        ({"locality_flops": "big"}, "locality_flops"),
+        ({"memory_budget_mb": -1.0}, "memory_budget_mb"),
+        ({"memory_budget_mb": float("nan")}, "memory_budget_mb"),
         ({"bucket_size": 3}, "bucket_size"),
     ],
 )
@@ -56,8 +59,9 @@ def test_uuid_is_stable_and_tracks_every_option():
         bc.BucketingPass(bucket_cap_mb=64.0, alignment_bytes=32),
         bc.BucketingPass(bucket_cap_mb=64.0, fuse_casts=False),
         bc.BucketingPass(bucket_cap_mb=lambda i: 64.0),
-        bc.BucketingPass(bucket_cap_mb=64.0, policy="locality"),
-        bc.BucketingPass(bucket_cap_mb=64.0, policy="locality", locality_window=0),
+        bc.BucketingPass(bucket_cap_mb=64.0, locality_flops=0),
+        bc.BucketingPass(bucket_cap_mb=64.0, memory_budget_mb=1.0),
+        bc.BucketingPass(bucket_cap_mb=64.0, policy="merge_all"),
         bc.BucketingPass(bucket_cap_mb=64.0, verify_plan_across_ranks=True),
     ]
     uuids = {v.uuid() for v in variants} | {base.uuid()}

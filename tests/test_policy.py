@@ -1,0 +1,102 @@
+"""The locality policy on traced graphs: locality, overlap, prefetch order, memory budget, report."""
+
+import copy
+
+import torch
+
+import bucketing.core as bc
+from bucketing.policy import estimate_peak_bytes
+
+from .conftest import ag, trace
+
+c10d = torch.ops._c10d_functional
+f32 = torch.float32
+NO_LOCALITY = 1e30  # a window no graph here reaches
+
+
+def _layers(group_name, n_layers, dim):
+    """FSDP-style forward: each layer gathers its weight and multiplies by it."""
+
+    def f(x, *weights):
+        for w in weights:
+            x = x @ ag(w, group_name).t()
+        return x
+
+    specs = [((2, dim), f32)] + [((dim // 4, dim), f32)] * n_layers
+    return trace(f, *specs)
+
+
+def test_memory_budget_splits_buckets_and_bounds_the_estimated_peak(group_name):
+    gm = _layers(group_name, 8, 64)
+    weight_bytes = 64 * 64 * 4  # one gathered weight
+    base = estimate_peak_bytes(gm.graph)
+
+    merged = copy.deepcopy(gm)
+    plan_all = bc.bucket_collectives(merged, policy="merge_all")
+    assert [len(b.members) for b in plan_all.buckets] == [8]
+    # Gathering the whole model at once costs about seven more weights.
+    assert estimate_peak_bytes(merged.graph) > base + 6 * weight_bytes
+
+    budget = 5 * weight_bytes
+    bounded = copy.deepcopy(gm)
+    plan = bc.bucket_collectives(bounded, locality_flops=NO_LOCALITY, memory_budget_mb=budget / 2**20)
+    sizes = [len(b.members) for b in plan.buckets]
+    assert len(sizes) > 1 and sum(sizes) == 8, sizes  # split, yet every weight still merged
+    assert estimate_peak_bytes(bounded.graph) <= base + budget
+    assert all(b.extra_peak_bytes <= budget for b in plan.buckets)
+
+
+def test_default_budget_is_one_bucket_cap(group_name):
+    gm = _layers(group_name, 8, 64)
+    weight_bytes = 64 * 64 * 4
+    cap_mb = 2 * weight_bytes / 2**20
+    plan = bc.bucket_collectives(copy.deepcopy(gm), locality_flops=NO_LOCALITY, bucket_cap_mb=cap_mb)
+    explicit = bc.bucket_collectives(copy.deepcopy(gm), locality_flops=NO_LOCALITY, bucket_cap_mb=cap_mb,
+                                     memory_budget_mb=cap_mb)
+    assert [b.members for b in plan.buckets] == [b.members for b in explicit.buckets]
+
+
+def test_overlap_rule_keeps_a_late_input_out_of_a_bucket_with_a_window(group_name):
+    def f(x, w):
+        h = x @ x  # heavy compute: hides the gather of w
+        y = h + ag(w, group_name)[:8]
+        z = ag(h, group_name)  # its input exists only after the matmul
+        return y, z
+
+    gm = trace(f, ((8, 8), f32), ((2, 8), f32))
+    assert len(bc.bucket_collectives(copy.deepcopy(gm), policy="merge_all").buckets) == 1
+    # The 8x8 matmul (1,024 FLOPs) is more than the window, so it can hide a gather.
+    plan = bc.bucket_collectives(copy.deepcopy(gm), locality_flops=100)
+    assert plan.buckets == [], "merging would wait for the matmul before the gather of w could start"
+    # Where the window says the matmul is too small to hide anything, they merge.
+    assert len(bc.bucket_collectives(copy.deepcopy(gm), locality_flops=2000).buckets) == 1
+
+
+def test_next_bucket_is_prefetched_while_the_previous_one_is_used(group_name):
+    def f(x, *params):
+        for norm, w in zip(params[::2], params[1::2]):
+            x = (x * ag(norm, group_name)) @ ag(w, group_name).t()
+        return x
+
+    layers = 4
+    gm = trace(f, ((2, 16), f32), *[((4,), f32), ((4, 16), f32)] * layers)
+    plan = bc.bucket_collectives(gm, locality_flops=0)
+    assert [len(b.members) for b in plan.buckets] == [2] * layers
+    position = {n.name: i for i, n in enumerate(gm.graph.nodes)}
+    matmuls = [i for i, n in enumerate(gm.graph.nodes) if n.target is torch.ops.aten.mm.default]
+    issued = [position[b.collective] for b in plan.buckets]
+    # Bucket k+1 starts before layer k's matmul (so it can hide behind it), but
+    # not before layer k-1's: at most two buckets in flight.
+    for k in range(1, layers):
+        assert issued[k] < matmuls[k - 1], (issued, matmuls)
+        if k >= 2:
+            assert issued[k] > matmuls[k - 2], (issued, matmuls)
+
+
+def test_plan_report_has_positions_overlap_and_memory(group_name):
+    gm = _layers(group_name, 4, 16)
+    plan = bc.bucket_collectives(gm, locality_flops=NO_LOCALITY)
+    (b,) = plan.buckets
+    assert b.issued_at <= b.first_use <= b.last_use
+    assert b.extra_peak_bytes > 0
+    assert "overlap" in bc.explain(plan) and "est. peak +" in bc.explain(plan)
