@@ -148,6 +148,8 @@ def main_worker(rank: int, world: int, args, init_method: str | None):
     counting = CountingPass()
     base = run_variant("unbucketed", counting, args, rank, world, group, device)
     options = {"multidtype": not args.no_multidtype, "policy": args.policy}
+    if args.locality_flops is not None:
+        options["locality_flops"] = args.locality_flops
     if args.bucket_cap_mb is not None:
         options["bucket_cap_mb"] = args.bucket_cap_mb
     bucketing = RecordingBucketingPass(**options)
@@ -202,13 +204,17 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=10, help="timed steps after the first")
     p.add_argument("--bucket-cap-mb", type=float, default=None)
     p.add_argument("--no-multidtype", action="store_true", help="one all-gather bucket per dtype")
-    p.add_argument("--policy", choices=("merge_all", "locality"), default="merge_all",
-                   help="locality: buckets follow the layers instead of taking the whole model")
+    p.add_argument("--policy", choices=("locality", "merge_all"), default="locality",
+                   help="locality (default): buckets follow where results are needed; merge_all: the cap alone")
+    p.add_argument("--locality-flops", type=float, default=None,
+                   help="compute one bucket may span (default: what one collective's latency is worth)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = p.parse_args(argv)
     for name in ("world_size", "layers", "dim", "batch", "steps"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.locality_flops is not None and args.locality_flops < 0:
+        p.error("--locality-flops must be >= 0")
     if args.bucket_cap_mb is not None and args.bucket_cap_mb <= 0:
         p.error("--bucket-cap-mb must be > 0")
     return args

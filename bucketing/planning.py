@@ -28,6 +28,10 @@ from .collectives import Collective, Skipped
 from .options import BucketingOptions
 
 
+# How many buckets of one key the locality policy keeps open at once.
+MAX_OPEN_PER_KEY = 4
+
+
 @dataclasses.dataclass
 class Bucket:
     """Collectives merged into one; `index` counts buckets of one kind in graph order."""
@@ -91,27 +95,35 @@ def plan_buckets(
 
     buckets: list[Bucket] = []
     skipped: list[Skipped] = []
-    open_by_key: dict[tuple, int] = {}
+    # Open buckets per key, newest last. merge_all keeps one; locality keeps a
+    # few, so interleaved stretches (a layer's bias used after its matmul,
+    # beside the next layer's weights) each find their own bucket.
+    open_by_key: dict[tuple, list[int]] = defaultdict(list)
+    max_open = MAX_OPEN_PER_KEY if locality else 1
     next_index: dict[str, int] = defaultdict(int)
     masks: dict[fx.Node, int] = {}
     barrier_mask = 0
     everything = 0  # union of all masks so far: what a barrier depends on
 
     def close_dependencies(mask: int, keep: int) -> None:
-        for key, bid in list(open_by_key.items()):
-            if bid != keep and (mask >> bid) & 1:
-                del open_by_key[key]
+        for bids in open_by_key.values():
+            bids[:] = [bid for bid in bids if bid == keep or not (mask >> bid) & 1]
+
+    def admits(bucket: Bucket, c: Collective, w: policy.When, mask: int) -> bool:
+        fits = bucket.nbytes + c.nbytes <= bucket.cap_bytes
+        room = options.max_bucket_count is None or len(bucket.members) < options.max_bucket_count
+        near = not locality or policy.admits(bucket.span, w, timeline, window)
+        return fits and room and near and not (mask >> bucket_id[id(bucket)]) & 1
+
+    bucket_id: dict[int, int] = {}
 
     def assign(c: Collective, mask: int) -> int | None:
         key = bucket_key(c, options.multidtype)
         w = whens[c.node]
-        bid = open_by_key.get(key)
-        if bid is not None:
+        bids = open_by_key[key]
+        for bid in reversed(bids):
             bucket = buckets[bid]
-            fits = bucket.nbytes + c.nbytes <= bucket.cap_bytes
-            room = options.max_bucket_count is None or len(bucket.members) < options.max_bucket_count
-            near = not locality or policy.admits(bucket.span, w, timeline, window)
-            if fits and room and near and not (mask >> bid) & 1:
+            if admits(bucket, c, w, mask):
                 bucket.members.append(c)
                 bucket.nbytes += c.nbytes
                 bucket.span = bucket.span.add(w)
@@ -120,13 +132,15 @@ def plan_buckets(
         index = next_index[c.kind]
         cap = options.cap_bytes(index)
         if c.nbytes > cap:
-            # Too big for any new bucket: it stays as it was, and the open bucket stays open.
+            # Too big for any new bucket: it stays as it was, and open buckets stay open.
             skipped.append(Skipped(c.node.name, f"{c.nbytes} bytes alone exceed the cap of bucket {index}"))
             return None
         next_index[c.kind] += 1
         bid = len(buckets)
         buckets.append(Bucket(index, c.kind, key, cap, [c], c.nbytes, policy.Span.of(w)))
-        open_by_key[key] = bid
+        bucket_id[id(buckets[-1])] = bid
+        bids.append(bid)
+        del bids[:-max_open]
         close_dependencies(mask, bid)
         return bid
 

@@ -159,21 +159,24 @@ def issue_positions(buckets: list, whens: dict) -> dict[int, int]:
 
 
 def bucket_extra_intervals(bucket, whens: dict, issue: int) -> list[tuple[int, int, int]]:
-    """(start, end inclusive, bytes) that merging adds over the unbucketed live ranges.
+    """(start, end inclusive, bytes): how merging moves live ranges.
 
-    The merged result is allocated at the issue and held until every member is
-    copied out: all-gather copy-outs are fresh tensors made at each member's
-    first use; reduce-scatter and all-reduce results are views, held to the
-    last use. Inputs read after their own collective's place are held longer,
-    and the packed input is one more buffer at the issue.
+    A member's result exists from the bucket's issue rather than from its own
+    collective, and is held until every member is copied out (all-gather
+    copy-outs are made at each member's first use; reduce-scatter and
+    all-reduce results are views, held to the bucket's last use); an input
+    read after its own collective's place is held until the issue. What any
+    bucket costs by itself (the packed input, the merged buffer) is bounded
+    by the cap and not counted here.
     """
     ws = [whens[m.node] for m in bucket.members]
     held_until = max(w.first_use if bucket.kind == "all_gather" else w.last_use for w in ws)
-    out = [
-        (issue, issue, sum(w.in_bytes for w in ws)),
-        (issue, max(issue, held_until), sum(w.out_bytes for w in ws)),
-    ]
+    out = []
     for w in ws:
+        if issue < w.position:
+            out.append((issue, w.position - 1, w.out_bytes))
+        if w.last_use < held_until:
+            out.append((w.last_use + 1, held_until, w.out_bytes))
         if issue > w.position:
             out.append((w.position + 1, issue, w.in_bytes))
     return out
