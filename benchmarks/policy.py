@@ -1,6 +1,6 @@
 """Bucketing policy on an FSDP-style model: unbucketed vs merge-all vs the default (locality).
 
-    python -m benchmarks.policy [--layers 8] [--world-size 2]
+    python -m benchmarks.policy [--layers 8] [--dim 1024] [--world-size 2]
 
 Every variant runs in the same rank processes: collective counts, estimated
 peak live bytes of the post-grad graphs (and their rise over unbucketed),
@@ -28,21 +28,23 @@ def _worker(rank, world, args, init_file, out_file):
     torch._inductor.config.fx_graph_cache = False
     group = dist.group.WORLD
     dargs = argparse.Namespace(layers=args.layers, dim=args.dim, batch=8, steps=args.steps)
-    rows = []
     counting = demo.CountingPass()
-    base = demo.run_variant("unbucketed", counting, dargs, rank, world, group, "cpu")
-    rows.append(("unbucketed", demo._total(counting.counts), sum(counting.peaks), base[2], True))
+    base = demo.compile_variant("unbucketed", counting, dargs, rank, world, group, "cpu")
     variants = (
         ("merge_all", {"policy": "merge_all"}),
         ("default (locality)", {}),
         ("locality, one layer per bucket", {"locality_flops": 0}),
     )
+    compiled, passes = [base], [counting]
     for name, options in variants:
-        p = demo.RecordingBucketingPass(**options)
-        res = demo.run_variant(name, p, dargs, rank, world, group, "cpu")
-        same = demo._bitwise_equal(base[0], res[0]) and all(
-            demo._bitwise_equal(a, b) for a, b in zip(base[1], res[1]))
-        rows.append((name, demo._total(p.after), sum(p.peaks), res[2], same))
+        passes.append(demo.RecordingBucketingPass(**options))
+        compiled.append(demo.compile_variant(name, passes[-1], dargs, rank, world, group, "cpu"))
+    demo.time_side_by_side(compiled, args.steps, "cpu")
+    rows = [("unbucketed", demo._total(counting.counts), sum(counting.peaks), base.median_s, True)]
+    for v, p in zip(compiled[1:], passes[1:]):
+        same = demo._bitwise_equal(base.loss, v.loss) and all(
+            demo._bitwise_equal(a, b) for a, b in zip(base.grads, v.grads))
+        rows.append((v.name, demo._total(p.after), sum(p.peaks), v.median_s, same))
     if rank == 0:
         lines = ["| variant | all-gathers | reduce-scatters | est. peak bytes (fwd+bwd) | rise over unbucketed "
                  "| median step (ms) | bit-identical |",
@@ -51,7 +53,7 @@ def _worker(rank, world, args, init_file, out_file):
         for name, counts, peak, step, same in rows:
             lines.append(f"| {name} | {counts['all_gather']} | {counts['reduce_scatter']} | {peak:,} | "
                          f"{peak - base_peak:+,} | {step * 1e3:.2f} | {same} |")
-        text = f"### Policy on a {args.layers}-layer FSDP-style model, {world} gloo ranks\n\n" + "\n".join(lines) + "\n"
+        text = f"### Policy on a {args.layers}-layer FSDP-style model (dim {args.dim}), {world} gloo ranks\n\n" + "\n".join(lines) + "\n"
         print(text, flush=True)
         with open(out_file, "w") as f:
             f.write(text)
@@ -62,7 +64,7 @@ def main(argv=None, out_file: str | None = None) -> str:
     p = argparse.ArgumentParser(prog="python -m benchmarks.policy")
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--steps", type=int, default=30)
     p.add_argument("--world-size", type=int, default=2)
     args = p.parse_args(argv)
     out_file = out_file or os.path.join(tempfile.mkdtemp(), "policy.md")

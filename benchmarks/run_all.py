@@ -138,7 +138,9 @@ def main(argv=None) -> None:
     if not args.skip_steps:
         from . import policy
 
-        text += "\n" + policy.main(["--layers", "4" if args.quick else "8"], os.path.join(args.out, "policy.md"))
+        # Layers wide enough (dim 1024) that their matmuls could hide a collective.
+        policy_args = ["--layers", "4", "--dim", "256"] if args.quick else ["--layers", "8", "--dim", "1024"]
+        text += "\n" + policy.main(policy_args, os.path.join(args.out, "policy.md"))
     with open(os.path.join(args.out, "bench.md"), "w") as f:
         f.write(text)
     print(text)
