@@ -35,44 +35,67 @@ def dtype_from_name(name: str) -> torch.dtype:
 
 
 @functools.lru_cache(maxsize=4096)
-def _copy_plan(dtypes: str, src_dtypes: str, offsets: tuple, numels: tuple, chunk_bytes: int) -> tuple:
-    """How to cut the chunk: per (dst dtype, src dtype) group, split sizes over the
-    chunk viewed in the dst dtype and which pieces receive which inputs.
+def _copy_plan(dtypes: str, offsets: tuple, numels: tuple) -> tuple:
+    """How to fill the chunk: per destination dtype, its span of the chunk (in
+    that dtype's elements) and the pieces that fill it, in order: an input
+    index, or a number of padding elements.
 
-    Everything here comes from the graph, so a compiled step plans once; each
-    call then makes one `split_with_sizes` and one `_foreach_copy_` per group
-    instead of slicing and viewing per member in Python.
+    Members of one dtype are laid out together (layout.plan_chunk), so each
+    dtype's span is filled by one `torch.cat(..., out=span)`; a cast from the
+    input's dtype happens inside it. Everything here comes from the graph, so
+    a compiled step plans once.
     """
-    groups: dict[tuple, list] = {}
-    members = zip(dtypes.split(","), src_dtypes.split(","), offsets, numels)
-    for i, (name, src, offset, numel) in enumerate(members):
+    groups: dict[torch.dtype, list] = {}
+    for i, (name, offset, numel) in enumerate(zip(dtypes.split(","), offsets, numels)):
         if numel:
             dtype = dtype_from_name(name)
-            groups.setdefault((dtype, src), []).append((i, offset // dtype.itemsize, numel))
+            groups.setdefault(dtype, []).append((offset // dtype.itemsize, numel, i))
     plan = []
-    for (dtype, _), group in groups.items():
-        sizes, take, pos = [], [], 0
-        for i, start, numel in group:
-            if start > pos:
-                sizes.append(start - pos)
-            take.append((i, len(sizes)))
-            sizes.append(numel)
-            pos = start + numel
-        total = chunk_bytes // dtype.itemsize
-        if total > pos:
-            sizes.append(total - pos)
-        plan.append((dtype, sizes, [k for _, k in take], [i for i, _ in take]))
+    for dtype, members in groups.items():
+        members.sort()
+        start = members[0][0]
+        pieces, pos, widest_pad = [], start, 0
+        for first, numel, i in members:
+            if first > pos:
+                pieces.append(-(first - pos))  # padding, as a negative count
+                widest_pad = max(widest_pad, first - pos)
+            pieces.append(i)
+            pos = first + numel
+        plan.append((dtype, start, pos, tuple(pieces), widest_pad))
     return tuple(plan)
 
 
+# Padding pieces, per (plan, device): their contents never matter (padding is
+# gathered, never read), so one small tensor per dtype serves every call.
+_PADDING: dict[tuple, list] = {}
+
+
+def _fill_templates(plan: tuple, device: torch.device) -> list:
+    key = (plan, device)
+    templates = _PADDING.get(key)
+    if templates is None:
+        templates = []
+        for dtype, _, _, pieces, widest_pad in plan:
+            pad = torch.empty(widest_pad, dtype=dtype, device=device)
+            parts = [pad[:-k] if k < 0 else None for k in pieces]
+            slots = [(j, k) for j, k in enumerate(pieces) if k >= 0]
+            templates.append((parts, slots))
+        if len(_PADDING) >= 4096:
+            _PADDING.clear()
+        _PADDING[key] = templates
+    return templates
+
+
 def _copy_in_impl(inputs, offsets, numels, dtypes, src_dtypes, chunk_bytes):
-    chunk = torch.empty(chunk_bytes, dtype=torch.uint8, device=inputs[0].device)
-    for dtype, sizes, pieces_taken, inputs_taken in _copy_plan(
-        dtypes, src_dtypes, tuple(offsets), tuple(numels), chunk_bytes
-    ):
-        pieces = chunk.view(dtype).split_with_sizes(sizes)
-        srcs = [inputs[i] for i in inputs_taken]
-        torch._foreach_copy_([pieces[k] for k in pieces_taken], [x if x.dim() == 1 else x.reshape(-1) for x in srcs])
+    device = inputs[0].device
+    chunk = torch.empty(chunk_bytes, dtype=torch.uint8, device=device)
+    plan = _copy_plan(dtypes, tuple(offsets), tuple(numels))
+    for (dtype, start, end, _, _), (template, slots) in zip(plan, _fill_templates(plan, device)):
+        parts = template.copy()
+        for j, k in slots:
+            x = inputs[k]
+            parts[j] = x if x.dim() == 1 else x.reshape(-1)
+        torch.cat(parts, out=chunk.view(dtype)[start:end])
     return chunk
 
 

@@ -125,7 +125,8 @@ def _users_count(c) -> int:
 def _emit_all_gather(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int, created) -> EmittedBucket:
     members = bucket.members
     world = members[0].group_size
-    layout = plan_chunk([(m.numel * m.dtype.itemsize, m.dtype.itemsize) for m in members], alignment)
+    layout = plan_chunk([(m.numel * m.dtype.itemsize, m.dtype.itemsize) for m in members], alignment,
+                        groups=[m.dtype for m in members])
     sources = [m.cast_source if m.cast_source is not None else m.input for m in members]
     copy_in = meta.call(
         graph,

@@ -59,3 +59,13 @@ def test_every_dtype_mix_is_viewable_in_place(members, alignment):
     for (dtype, n), slot in zip(members, layout.slots):
         part = grid[:, slot.offset : slot.offset + n * dtype.itemsize].view(dtype)
         assert part.shape == (world, n)
+
+
+def test_groups_sit_together_in_first_appearance_order():
+    # bf16, f32, bf16, f32: grouped as [bf16 0, bf16 2 | f32 1, f32 3], slots still in member order.
+    sizes = [(3 * 2, 2), (5 * 4, 4), (7 * 2, 2), (1 * 4, 4)]
+    layout = plan_chunk(sizes, alignment=16, groups=["bf16", "f32", "bf16", "f32"])
+    assert [s.offset for s in layout.slots] == [0, 32, 16, 64]
+    assert [s.nbytes for s in layout.slots] == [6, 20, 14, 4]
+    assert layout.chunk_bytes == 80
+    assert plan_chunk(sizes, alignment=16).slots[1].offset == 16  # ungrouped: member order
