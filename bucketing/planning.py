@@ -27,7 +27,6 @@ from . import policy
 from .collectives import Collective, Skipped
 from .options import BucketingOptions
 
-
 # How many buckets of one key the locality policy keeps open at once.
 MAX_OPEN_PER_KEY = 4
 

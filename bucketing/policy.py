@@ -217,19 +217,16 @@ def split_for_memory(buckets: list, whens: dict, base_live: list[int], budget: f
         if worst <= limit:
             return buckets
 
-        def at_peak(b) -> int:
-            return sum(n for s, e, n in per_bucket.get(id(b), ()) if s <= at <= e)
-
-        culprit = max(buckets, key=at_peak)
-        if at_peak(culprit) == 0:
+        adds = {bid: sum(n for s, e, n in spans if s <= at <= e) for bid, spans in per_bucket.items()}
+        culprit = max(buckets, key=lambda b: adds.get(id(b), 0))
+        if adds.get(id(culprit), 0) == 0:
             return buckets
         # Halve it by bytes: balanced parts keep the most merging for the memory.
         members = culprit.members
-        half, running, cut = culprit.nbytes / 2, 0, 1
-        for cut, m in enumerate(members[:-1], start=1):
-            running += m.nbytes
-            if running >= half:
-                break
+        cut, running = 1, members[0].nbytes
+        while cut < len(members) - 1 and running < culprit.nbytes / 2:
+            running += members[cut].nbytes
+            cut += 1
         i = next(k for k, b in enumerate(buckets) if b is culprit)
         buckets[i:i + 1] = [culprit.part(members[:cut]), culprit.part(members[cut:])]
 
