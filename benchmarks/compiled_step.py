@@ -40,7 +40,8 @@ def _program(kind: str, group: str, world: int):
 def _limit(kind: str, xs, group: str, world: int):
     """(program, inputs): one collective over pre-packed bytes, then the same doubling."""
     if kind == "all_gather":
-        layout = plan_chunk([(x.numel() * x.element_size(), x.element_size()) for x in xs], 16)
+        layout = plan_chunk([(x.numel() * x.element_size(), x.element_size()) for x in xs], 16,
+                            groups=[x.dtype for x in xs])
         names = ",".join(str(x.dtype)[6:] for x in xs)
         packed = torch.ops.bucketing_ops.all_gather_copy_in(
             xs, [s.offset for s in layout.slots], [x.numel() for x in xs], names, names, layout.chunk_bytes

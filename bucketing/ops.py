@@ -50,9 +50,14 @@ def _copy_plan(dtypes: str, offsets: tuple, numels: tuple) -> tuple:
         if numel:
             dtype = dtype_from_name(name)
             groups.setdefault(dtype, []).append((offset // dtype.itemsize, numel, i))
+    for members in groups.values():
+        members.sort()
+    spans = sorted((ms[0][0] * d.itemsize, (ms[-1][0] + ms[-1][1]) * d.itemsize) for d, ms in groups.items())
+    if any(end > next_start for (_, end), (next_start, _) in zip(spans, spans[1:])):
+        # Dtypes interleaved (a layout not grouped by dtype): one piece per member.
+        return tuple((d, first, first + numel, (i,), 0) for d, ms in groups.items() for first, numel, i in ms)
     plan = []
     for dtype, members in groups.items():
-        members.sort()
         start = members[0][0]
         pieces, pos, widest_pad = [], start, 0
         for first, numel, i in members:

@@ -1,0 +1,32 @@
+"""The copy-in op on its own: every member lands at its offset, for grouped and interleaved layouts."""
+
+import pytest
+import torch
+
+import bucketing  # noqa: F401  (registers ops)
+from bucketing import ops
+from bucketing.layout import plan_chunk
+
+
+@pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "interleaved"])
+def test_copy_in_places_every_member_bytewise(grouped):
+    gen = torch.Generator().manual_seed(0)
+    dtypes = [torch.float32, torch.bfloat16, torch.int8, torch.float32, torch.bfloat16, torch.bool]
+    xs = [torch.randint(0, 2, (5 + i,), generator=gen).to(d) if d is torch.bool
+          else torch.randn(5 + i, generator=gen).mul(50).to(d) for i, d in enumerate(dtypes)]
+    layout = plan_chunk([(x.numel() * x.element_size(), x.element_size()) for x in xs], 16,
+                        groups=dtypes if grouped else None)
+    names = ops.dtype_names(dtypes)
+    chunk = torch.ops.bucketing_ops.all_gather_copy_in(
+        xs, [s.offset for s in layout.slots], [x.numel() for x in xs], names, names, layout.chunk_bytes
+    )
+    assert chunk.numel() == layout.chunk_bytes
+    for x, slot in zip(xs, layout.slots):
+        assert torch.equal(chunk[slot.offset:slot.offset + slot.nbytes], x.view(torch.uint8)), slot
+
+
+def test_copy_in_casts_like_to():
+    x = torch.randn(37, generator=torch.Generator().manual_seed(1)) * 1000
+    layout = plan_chunk([(37 * 2, 2)], 16)
+    chunk = torch.ops.bucketing_ops.all_gather_copy_in([x], [0], [37], "bfloat16", "float32", layout.chunk_bytes)
+    assert torch.equal(chunk[:74], x.to(torch.bfloat16).view(torch.uint8))
