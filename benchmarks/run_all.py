@@ -139,7 +139,8 @@ def main(argv=None) -> None:
         from . import policy
 
         # Layers wide enough (dim 1024) that their matmuls could hide a collective.
-        policy_args = ["--layers", "4", "--dim", "256"] if args.quick else ["--layers", "8", "--dim", "1024"]
+        policy_args = (["--layers", "4", "--dim", "256"] if args.quick
+                       else ["--layers", "8", "--dim", "1024", "--steps", "60"])
         text += "\n" + policy.main(policy_args, os.path.join(args.out, "policy.md"))
     with open(os.path.join(args.out, "bench.md"), "w") as f:
         f.write(text)
