@@ -201,9 +201,9 @@ class _CountingWrapper:
         return None if inner is None and self.inner is not None else f"counting:{inner}"
 
 
-def run_fsdp_autograd(ctx, adapter_spec: str, layers: int = 2, dim: int = 24) -> dict:
+def run_fsdp_autograd(ctx, adapter_spec: str, layers: int = 2, dim: int = 24, options: dict | None = None) -> dict:
     """Rank task: an FSDP-style module, forward + backward through torch.compile, with and
-    without the pass; loss and every gradient compared byte for byte."""
+    without the pass (built with `options`); loss and every gradient compared byte for byte."""
     import torch._dynamo
 
     from bucketing.toy_fsdp import ShardedMLP, loss_fn
@@ -211,7 +211,7 @@ def run_fsdp_autograd(ctx, adapter_spec: str, layers: int = 2, dim: int = 24) ->
     adapter = adapters.load(adapter_spec)
     group = ctx.groups["world"][2]
     results = []
-    for custom in (None, adapter.inductor_pass() if adapter.inductor_pass else None):
+    for custom in (None, adapter.inductor_pass(**(options or {})) if adapter.inductor_pass else None):
         torch._dynamo.reset()
         model = ShardedMLP(layers, dim, ctx.world_size, ctx.rank).to(ctx.device)
         x = torch.randn(4, dim, generator=torch.Generator().manual_seed(ctx.rank)).to(ctx.device)
