@@ -100,7 +100,15 @@ def _copy_in_impl(inputs, offsets, numels, dtypes, src_dtypes, chunk_bytes):
         for j, k in slots:
             x = inputs[k]
             parts[j] = x if x.dim() == 1 else x.reshape(-1)
-        torch.cat(parts, out=chunk.view(dtype)[start:end])
+        span = chunk.view(dtype)[start:end]
+        try:
+            torch.cat(parts, out=span)
+        except RuntimeError:
+            # A backend without `cat` for this dtype pair: copy piece by piece.
+            pos = 0
+            for part in parts:
+                span[pos:pos + part.numel()].copy_(part)
+                pos += part.numel()
     return chunk
 
 

@@ -166,14 +166,27 @@ def plan_buckets(
         merged_bytes = sum(b.nbytes for b in buckets if len(b.members) > 1)
         if 4 * merged_bytes > budget_bytes:
             buckets = policy.split_for_memory(buckets, whens, policy.live_bytes(graph), budget_bytes)
-            buckets.sort(key=lambda b: whens[b.members[0].node].position)
-            _renumber(buckets)
+            buckets = _renumber_within_caps(buckets, whens, options)
     return buckets, skipped, whens, timeline
 
 
-def _renumber(buckets: list[Bucket]) -> None:
-    """Per-kind indices in graph order again after splits."""
-    counts: dict[str, int] = defaultdict(int)
-    for b in buckets:
-        b.index = counts[b.kind]
-        counts[b.kind] += 1
+def _renumber_within_caps(buckets: list[Bucket], whens: dict, options: BucketingOptions) -> list[Bucket]:
+    """Per-kind indices in graph order again after splits.
+
+    A callable cap is asked again for each new index; a bucket over the cap of
+    its new index is halved, until every bucket fits its own cap.
+    """
+    while True:
+        buckets.sort(key=lambda b: whens[b.members[0].node].position)
+        counts: dict[str, int] = defaultdict(int)
+        over = None
+        for b in buckets:
+            b.index = counts[b.kind]
+            counts[b.kind] += 1
+            b.cap_bytes = options.cap_bytes(b.index)
+            if over is None and len(b.members) > 1 and b.nbytes > b.cap_bytes:
+                over = b
+        if over is None:
+            return buckets
+        i = next(k for k, b in enumerate(buckets) if b is over)
+        buckets[i:i + 1] = policy.halve(over)

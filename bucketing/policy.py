@@ -221,14 +221,22 @@ def split_for_memory(buckets: list, whens: dict, base_live: list[int], budget: f
         culprit = max(buckets, key=lambda b: adds.get(id(b), 0))
         if adds.get(id(culprit), 0) == 0:
             return buckets
-        # Halve it by bytes: balanced parts keep the most merging for the memory.
-        members = culprit.members
-        cut, running = 1, members[0].nbytes
-        while cut < len(members) - 1 and running < culprit.nbytes / 2:
-            running += members[cut].nbytes
-            cut += 1
         i = next(k for k, b in enumerate(buckets) if b is culprit)
-        buckets[i:i + 1] = [culprit.part(members[:cut]), culprit.part(members[cut:])]
+        buckets[i:i + 1] = halve(culprit)
+
+
+def halve(bucket) -> list:
+    """Two buckets of about half the bytes each, members in graph order.
+
+    Balanced parts keep the most merging; any split of a legal bucket is legal
+    (a part cannot depend on the other, which the whole could not).
+    """
+    members = bucket.members
+    cut, running = 1, members[0].nbytes
+    while cut < len(members) - 1 and running < bucket.nbytes / 2:
+        running += members[cut].nbytes
+        cut += 1
+    return [bucket.part(members[:cut]), bucket.part(members[cut:])]
 
 
 def live_bytes(graph: fx.Graph) -> list[int]:

@@ -30,3 +30,19 @@ def test_copy_in_casts_like_to():
     layout = plan_chunk([(37 * 2, 2)], 16)
     chunk = torch.ops.bucketing_ops.all_gather_copy_in([x], [0], [37], "bfloat16", "float32", layout.chunk_bytes)
     assert torch.equal(chunk[:74], x.to(torch.bfloat16).view(torch.uint8))
+
+
+def test_copy_in_falls_back_to_copies_where_cat_fails(monkeypatch):
+    xs = [torch.randn(5), torch.randn(3).to(torch.bfloat16), torch.randn(4)]
+    layout = plan_chunk([(20, 4), (6, 2), (16, 4)], 16, groups=[x.dtype for x in xs])
+    names = ops.dtype_names([x.dtype for x in xs])
+    args = (xs, [s.offset for s in layout.slots], [x.numel() for x in xs], names, names, layout.chunk_bytes)
+    expected = torch.ops.bucketing_ops.all_gather_copy_in(*args)
+
+    def no_cat(*a, **k):
+        raise RuntimeError("cat not implemented for this dtype")
+
+    monkeypatch.setattr(torch, "cat", no_cat)
+    chunk = ops._copy_in_impl(*args)
+    for x, slot in zip(xs, layout.slots):
+        assert torch.equal(chunk[slot.offset:slot.offset + slot.nbytes], expected[slot.offset:slot.offset + slot.nbytes])

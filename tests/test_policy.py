@@ -100,3 +100,21 @@ def test_plan_report_has_positions_overlap_and_memory(group_name):
     assert b.issued_at <= b.first_use <= b.last_use
     assert b.extra_peak_bytes > 0
     assert "overlap" in bc.explain(plan) and "est. peak +" in bc.explain(plan)
+
+
+def test_buckets_split_for_memory_still_fit_the_cap_of_their_new_index(group_name):
+    gm = _layers(group_name, 8, 64)
+    weight_bytes = 64 * 64 * 4
+    seen = []
+
+    def cap(i):  # generous for bucket 0, then one weight per bucket
+        seen.append(i)
+        return (8 if i == 0 else 1) * weight_bytes / 2**20
+
+    plan = bc.bucket_collectives(gm, locality_flops=NO_LOCALITY, bucket_cap_mb=cap,
+                                 memory_budget_mb=5 * weight_bytes / 2**20)
+    assert plan.buckets, "the memory budget leaves some merging"
+    for b in plan.buckets:
+        assert b.nbytes <= cap(b.index) * 2**20, (b.index, b.nbytes)
+    indices = [b.index for b in plan.buckets]
+    assert indices == sorted(set(indices)), indices  # graph order, no index twice
