@@ -44,5 +44,5 @@ def test_copy_in_falls_back_to_copies_where_cat_fails(monkeypatch):
 
     monkeypatch.setattr(torch, "cat", no_cat)
     chunk = ops._copy_in_impl(*args)
-    for x, slot in zip(xs, layout.slots):
+    for slot in layout.slots:
         assert torch.equal(chunk[slot.offset:slot.offset + slot.nbytes], expected[slot.offset:slot.offset + slot.nbytes])
