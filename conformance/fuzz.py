@@ -1,8 +1,9 @@
 """Random collective programs (hypothesis) for the pass under test.
 
 A program is 1-64 steps of random kinds, dtypes, sizes (0, 1, odd, primes,
-larger), groups, compute between collectives and dependencies on earlier
-results; the pass options are random too. Every example runs on real gloo
+larger), groups, compute between collectives (pointwise, or a matmul that
+the locality policy may split buckets at) and dependencies on earlier
+results; the pass options (policy, windows and budgets included) are random too. Every example runs on real gloo
 ranks: the rewritten graph must lint (so it is topologically sorted and no
 bucket waits on itself), every rank must build the same graph, and the results
 must be bit-identical to the unbucketed program.
@@ -10,12 +11,14 @@ must be bit-identical to the unbucketed program.
 
 from __future__ import annotations
 
+import torch
 from hypothesis import strategies as st
 
 from .catalog import ALL_DTYPES, GLOO_REDUCE_OPS, REDUCTION_DTYPES
 from .programs import Step
 
 SIZES = (0, 1, 2, 3, 5, 7, 8, 13, 16, 31, 64, 97)
+MATMUL_DTYPES = (torch.float32, torch.bfloat16, torch.float64)  # heavy compute between collectives
 
 
 @st.composite
@@ -40,6 +43,7 @@ def steps_strategy(draw, max_steps: int = 64, groups=("world", "alt")):
             kind=kind, dtype=dtype, shape=shape, group=draw(st.sampled_from(groups)), reduce_op=op,
             cast_from=cast_from, slice_input=draw(st.integers(0, 5)) == 0 and bool(shape),
             depends_on=depends_on, use_now=draw(st.booleans()),
+            matmul_now=dtype in MATMUL_DTYPES and draw(st.integers(0, 3)) == 0,
         ))
     return tuple(steps)
 
@@ -56,4 +60,13 @@ def options_strategy(draw):
     kinds = draw(st.sampled_from([None, ("all_gather",), ("reduce_scatter", "all_reduce")]))
     if kinds is not None:
         options["collectives"] = kinds
+    policy = draw(st.sampled_from([None, None, "merge_all"]))
+    if policy is not None:
+        options["policy"] = policy
+    flops = draw(st.sampled_from([None, None, 0, 1e4]))
+    if flops is not None:
+        options["locality_flops"] = flops
+    budget = draw(st.sampled_from([None, None, 0, 0.001]))
+    if budget is not None:
+        options["memory_budget_mb"] = budget
     return options
