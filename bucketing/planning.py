@@ -108,21 +108,20 @@ def plan_buckets(
         for bids in open_by_key.values():
             bids[:] = [bid for bid in bids if bid == keep or not (mask >> bid) & 1]
 
-    def admits(bucket: Bucket, c: Collective, w: policy.When, mask: int) -> bool:
+    def admits(bid: int, c: Collective, w: policy.When, mask: int) -> bool:
+        bucket = buckets[bid]
         fits = bucket.nbytes + c.nbytes <= bucket.cap_bytes
         room = options.max_bucket_count is None or len(bucket.members) < options.max_bucket_count
         near = not locality or policy.admits(bucket.span, w, timeline, window)
-        return fits and room and near and not (mask >> bucket_id[id(bucket)]) & 1
-
-    bucket_id: dict[int, int] = {}
+        return fits and room and near and not (mask >> bid) & 1
 
     def assign(c: Collective, mask: int) -> int | None:
         key = bucket_key(c, options.multidtype)
         w = whens[c.node]
         bids = open_by_key[key]
         for bid in reversed(bids):
-            bucket = buckets[bid]
-            if admits(bucket, c, w, mask):
+            if admits(bid, c, w, mask):
+                bucket = buckets[bid]
                 bucket.members.append(c)
                 bucket.nbytes += c.nbytes
                 bucket.span = bucket.span.add(w)
@@ -137,7 +136,6 @@ def plan_buckets(
         next_index[c.kind] += 1
         bid = len(buckets)
         buckets.append(Bucket(index, c.kind, key, cap, [c], c.nbytes, policy.Span.of(w)))
-        bucket_id[id(buckets[-1])] = bid
         bids.append(bid)
         del bids[:-max_open]
         close_dependencies(mask, bid)
