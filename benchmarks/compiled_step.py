@@ -2,13 +2,15 @@
 
 The limit is one pre-packed all-gather (or reduce-scatter) of the same bytes
 followed by the same doubling of every member: what a perfect bucketing could
-cost. All variants run in the same rank processes, one after another.
+cost. All variants are compiled in the same rank processes, then timed in
+turns (one step of each per round), so drift on a busy machine hits them alike.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+import types
 
 import torch
 import torch.distributed as dist
@@ -66,12 +68,20 @@ def _limit(kind: str, xs, group: str, world: int):
     return step, [packed]
 
 
+def _fresh_copy(fn, label: str):
+    """The same function under its own code object: dynamo caches compiled code
+    per code object, so each variant keeps its own compilation."""
+    code = fn.__code__.replace(co_name=f"{fn.__name__}_{label}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+
+
 def _peak_bytes(fn, inputs) -> int:
     """Peak live CPU bytes during one call, from the profiler's memory records.
 
     Allocations made inside a compiled graph are only visible as that graph's
     total, counted when it starts: an upper bound of its true peak, measured
-    the same way for every variant.
+    the same way for every variant. Other threads (gloo's) can add to one
+    call's records, so callers take the least of a few calls.
     """
     from torch.profiler import ProfilerActivity, profile
 
@@ -101,11 +111,10 @@ def bench_step(ctx, kind: str, n: int, steps: int = 30) -> list[dict]:
         ("ours", program, xs, bc.BucketingPass()),
         ("limit", limit_prog, limit_inputs, None),
     ]
-    rows = []
+    compiled_variants = []
     reference = None
     for name, prog, inputs, custom in variants:
-        torch._dynamo.reset()
-        compiled = torch.compile(prog, fullgraph=True)
+        compiled = torch.compile(_fresh_copy(prog, name), fullgraph=True)
         with torch._inductor.config.patch(post_grad_custom_post_pass=custom, fx_graph_cache=False):
             dist.barrier()
             start = time.perf_counter()
@@ -117,15 +126,19 @@ def bench_step(ctx, kind: str, n: int, steps: int = 30) -> list[dict]:
             identical = torch.equal(flat, reference)
         else:
             identical = None
-        times = []
-        for _ in range(steps):
+        compiled_variants.append((name, compiled, inputs, compile_s, identical))
+    times: dict[str, list[float]] = {name: [] for name, *_ in compiled_variants}
+    for _ in range(steps):
+        for name, compiled, inputs, _, _ in compiled_variants:
             dist.barrier()
             start = time.perf_counter()
             compiled(*inputs)
-            times.append(time.perf_counter() - start)
+            times[name].append(time.perf_counter() - start)
+    rows = []
+    for name, compiled, inputs, compile_s, identical in compiled_variants:
         rows.append({
             "kind": kind, "n": n, "world": world, "variant": name,
-            "median_ms": statistics.median(times) * 1e3, "compile_s": compile_s,
-            "peak_bytes": _peak_bytes(compiled, inputs), "identical": identical,
+            "median_ms": statistics.median(times[name]) * 1e3, "compile_s": compile_s,
+            "peak_bytes": min(_peak_bytes(compiled, inputs) for _ in range(3)), "identical": identical,
         })
     return rows
