@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from bucketing.layout import plan_chunk
+from bucketing.ops import dtype_names
 
 c10d = torch.ops._c10d_functional
 DTYPES = (torch.bfloat16, torch.float32)
@@ -44,9 +45,9 @@ def _limit(kind: str, xs, group: str, world: int):
     if kind == "all_gather":
         layout = plan_chunk([(x.numel() * x.element_size(), x.element_size()) for x in xs], 16,
                             groups=[x.dtype for x in xs])
-        names = ",".join(str(x.dtype)[6:] for x in xs)
         packed = torch.ops.bucketing_ops.all_gather_copy_in(
-            xs, [s.offset for s in layout.slots], [x.numel() for x in xs], names, names, layout.chunk_bytes
+            xs, [s.offset for s in layout.slots], [x.numel() for x in xs], dtype_names(x.dtype for x in xs),
+            layout.chunk_bytes,
         )
         meta = [(x.dtype, s.offset // x.element_size(), x.numel()) for x, s in zip(xs, layout.slots)]
         chunk = layout.chunk_bytes

@@ -91,7 +91,7 @@ def _fill_templates(plan: tuple, device: torch.device) -> list:
     return templates
 
 
-def _copy_in_impl(inputs, offsets, numels, dtypes, src_dtypes, chunk_bytes):
+def _copy_in_impl(inputs, offsets, numels, dtypes, chunk_bytes):
     device = inputs[0].device
     chunk = torch.empty(chunk_bytes, dtype=torch.uint8, device=device)
     plan = _copy_plan(dtypes, tuple(offsets), tuple(numels))
@@ -124,14 +124,13 @@ def _copy_in_impl(inputs, offsets, numels, dtypes, src_dtypes, chunk_bytes):
 # overhead, which a compiled step pays once per bucket.
 _lib = torch.library.Library(NAMESPACE, "DEF")
 _lib.define(
-    "all_gather_copy_in(Tensor[] inputs, int[] offsets, int[] numels, str dtypes, str src_dtypes, "
-    "int chunk_bytes) -> Tensor"
+    "all_gather_copy_in(Tensor[] inputs, int[] offsets, int[] numels, str dtypes, int chunk_bytes) -> Tensor"
 )
 _lib.impl("all_gather_copy_in", _copy_in_impl, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake(f"{NAMESPACE}::all_gather_copy_in")
-def _(inputs, offsets, numels, dtypes, src_dtypes, chunk_bytes):
+def _(inputs, offsets, numels, dtypes, chunk_bytes):
     return inputs[0].new_empty(chunk_bytes, dtype=torch.uint8)
 
 

@@ -18,7 +18,7 @@ def test_copy_in_places_every_member_bytewise(grouped):
                         groups=dtypes if grouped else None)
     names = ops.dtype_names(dtypes)
     chunk = torch.ops.bucketing_ops.all_gather_copy_in(
-        xs, [s.offset for s in layout.slots], [x.numel() for x in xs], names, names, layout.chunk_bytes
+        xs, [s.offset for s in layout.slots], [x.numel() for x in xs], names, layout.chunk_bytes
     )
     assert chunk.numel() == layout.chunk_bytes
     for x, slot in zip(xs, layout.slots):
@@ -28,7 +28,7 @@ def test_copy_in_places_every_member_bytewise(grouped):
 def test_copy_in_casts_like_to():
     x = torch.randn(37, generator=torch.Generator().manual_seed(1)) * 1000
     layout = plan_chunk([(37 * 2, 2)], 16)
-    chunk = torch.ops.bucketing_ops.all_gather_copy_in([x], [0], [37], "bfloat16", "float32", layout.chunk_bytes)
+    chunk = torch.ops.bucketing_ops.all_gather_copy_in([x], [0], [37], "bfloat16", layout.chunk_bytes)
     assert torch.equal(chunk[:74], x.to(torch.bfloat16).view(torch.uint8))
 
 
@@ -36,7 +36,7 @@ def test_copy_in_falls_back_to_copies_where_cat_fails(monkeypatch):
     xs = [torch.randn(5), torch.randn(3).to(torch.bfloat16), torch.randn(4)]
     layout = plan_chunk([(20, 4), (6, 2), (16, 4)], 16, groups=[x.dtype for x in xs])
     names = ops.dtype_names([x.dtype for x in xs])
-    args = (xs, [s.offset for s in layout.slots], [x.numel() for x in xs], names, names, layout.chunk_bytes)
+    args = (xs, [s.offset for s in layout.slots], [x.numel() for x in xs], names, layout.chunk_bytes)
     expected = torch.ops.bucketing_ops.all_gather_copy_in(*args)
 
     def no_cat(*a, **k):

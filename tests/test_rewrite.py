@@ -34,7 +34,7 @@ class TestCanonical(expecttest.TestCase):
             gm.code.strip().replace(f"'{g}'", "GROUP"),
             """\
 def forward(self, w_1, n_1):
-    all_gather_copy_in_default = torch.ops.bucketing_ops.all_gather_copy_in.default([w_1, n_1], [0, 16], [5, 3], 'bfloat16,float32', 'float32,float32', 32);  w_1 = n_1 = None
+    all_gather_copy_in_default = torch.ops.bucketing_ops.all_gather_copy_in.default([w_1, n_1], [0, 16], [5, 3], 'bfloat16,float32', 32);  w_1 = n_1 = None
     all_gather_into_tensor_default = torch.ops._c10d_functional.all_gather_into_tensor.default(all_gather_copy_in_default, 4, GROUP);  all_gather_copy_in_default = None
     wait_tensor_default = torch.ops._c10d_functional.wait_tensor.default(all_gather_into_tensor_default);  all_gather_into_tensor_default = None
     view_dtype = torch.ops.aten.view.dtype(wait_tensor_default, torch.bfloat16)
