@@ -8,13 +8,14 @@ turns (one step of each per round), so drift on a busy machine hits them alike.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
-import types
 
 import torch
 import torch.distributed as dist
 
+from bucketing.demo import fresh_copy, time_in_turns
 from bucketing.layout import plan_chunk
 from bucketing.ops import dtype_names
 
@@ -69,13 +70,6 @@ def _limit(kind: str, xs, group: str, world: int):
     return step, [packed]
 
 
-def _fresh_copy(fn, label: str):
-    """The same function under its own code object: dynamo caches compiled code
-    per code object, so each variant keeps its own compilation."""
-    code = fn.__code__.replace(co_name=f"{fn.__name__}_{label}")
-    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
-
-
 def _peak_bytes(fn, inputs) -> int:
     """Peak live CPU bytes during one call, from the profiler's memory records.
 
@@ -115,7 +109,7 @@ def bench_step(ctx, kind: str, n: int, steps: int = 30) -> list[dict]:
     compiled_variants = []
     reference = None
     for name, prog, inputs, custom in variants:
-        compiled = torch.compile(_fresh_copy(prog, name), fullgraph=True)
+        compiled = torch.compile(fresh_copy(prog, name), fullgraph=True)
         with torch._inductor.config.patch(post_grad_custom_post_pass=custom, fx_graph_cache=False):
             dist.barrier()
             start = time.perf_counter()
@@ -128,13 +122,10 @@ def bench_step(ctx, kind: str, n: int, steps: int = 30) -> list[dict]:
         else:
             identical = None
         compiled_variants.append((name, compiled, inputs, compile_s, identical))
-    times: dict[str, list[float]] = {name: [] for name, *_ in compiled_variants}
-    for _ in range(steps):
-        for name, compiled, inputs, _, _ in compiled_variants:
-            dist.barrier()
-            start = time.perf_counter()
-            compiled(*inputs)
-            times[name].append(time.perf_counter() - start)
+    times = time_in_turns(
+        {name: functools.partial(compiled, *inputs) for name, compiled, inputs, _, _ in compiled_variants},
+        steps, "cpu",
+    )
     rows = []
     for name, compiled, inputs, compile_s, identical in compiled_variants:
         rows.append({

@@ -123,8 +123,7 @@ def compile_variant(name, custom_pass, args, rank, world, group, device) -> Vari
     model = ShardedMLP(args.layers, args.dim, world, rank).to(device)
     gen = torch.Generator().manual_seed(100 + rank)
     x = torch.randn(args.batch, args.dim, generator=gen).to(device)
-    label = re.sub(r"\W", "_", name)
-    fn = types.FunctionType(loss_fn.__code__.replace(co_name=f"loss_fn_{label}"), loss_fn.__globals__)
+    fn = fresh_copy(loss_fn, name)
     say(rank, f"[{name}] compiling forward + backward ...")
     start = time.perf_counter()
     with torch._inductor.config.patch(post_grad_custom_post_pass=custom_pass):
@@ -142,18 +141,36 @@ def compile_variant(name, custom_pass, args, rank, world, group, device) -> Vari
     return Variant(name, loss.detach().clone(), grads, compile_s, step)
 
 
-def time_side_by_side(variants: list[Variant], steps: int, device: str) -> None:
-    """Time the variants in turns, so drift on a busy machine hits all alike."""
-    for _ in range(steps):
-        for v in variants:
+def fresh_copy(fn, label: str):
+    """`fn` under a code object of its own: dynamo caches compiled code per code
+    object, so each variant compiled from a copy keeps its own compilation."""
+    suffix = re.sub(r"\W", "_", label)
+    code = fn.__code__.replace(co_name=f"{fn.__name__}_{suffix}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+
+
+def time_in_turns(steps: dict[str, Callable[[], object]], rounds: int, device: str) -> dict[str, list[float]]:
+    """Seconds of each step, run in turns (one of each per round) so drift on a
+    busy machine hits all alike; every step starts from a barrier."""
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
             if device == "cuda":
                 torch.cuda.synchronize()
             dist.barrier()
             start = time.perf_counter()
-            v.step()
+            step()
             if device == "cuda":
                 torch.cuda.synchronize()
-            v.times.append(time.perf_counter() - start)
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def time_side_by_side(variants: list[Variant], steps: int, device: str) -> None:
+    """Time the variants in turns (see `time_in_turns`)."""
+    times = time_in_turns({v.name: v.step for v in variants}, steps, device)
+    for v in variants:
+        v.times.extend(times[v.name])
 
 
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
