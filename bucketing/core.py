@@ -61,7 +61,7 @@ def _apply(graph: fx.Graph, opts: BucketingOptions) -> Plan:
     emitted = []
     for bucket in merged:
         try:
-            emitted.append(emit_bucket(graph, bucket, meta, opts.alignment_bytes))
+            emitted.append(emit_bucket(graph, bucket, meta, opts.alignment_bytes, opts.copy_out))
         except Exception as exc:  # a bucket we cannot build stays as it was
             log.warning("bucketing: left bucket %s unmerged: %s: %s", bucket.index, type(exc).__name__, exc)
             skipped.extend(report.skipped_members(bucket, f"rewrite failed: {exc}"))

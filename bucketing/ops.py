@@ -4,9 +4,8 @@ Namespace `bucketing_ops`: torch's own pass owns `bucketing::`, and both must
 load into one process. Dtypes travel as their names (`"bfloat16"`), which do
 not move between torch releases.
 
-Only the copy-in is an op of ours. The collective stays a plain
-`_c10d_functional` op and the copy-out stays aten views, so Inductor's comm
-analysis sees the collective and can fuse the copy-out into its consumers.
+The copy-in and the copy-out are ops of ours; the collective stays a plain
+`_c10d_functional` op, so Inductor's comm analysis sees it.
 """
 
 from __future__ import annotations
@@ -132,6 +131,72 @@ _lib.impl("all_gather_copy_in", _copy_in_impl, "CompositeExplicitAutograd")
 @torch.library.register_fake(f"{NAMESPACE}::all_gather_copy_in")
 def _(inputs, offsets, numels, dtypes, chunk_bytes):
     return inputs[0].new_empty(chunk_bytes, dtype=torch.uint8)
+
+
+def _as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor's storage as a flat byte view (bool and 0-d included)."""
+    return t.reshape(-1).view(torch.uint8)
+
+
+def _member_shapes(shapes: list[int], ndims: list[int]) -> list[list[int]]:
+    out, pos = [], 0
+    for n in ndims:
+        out.append(list(shapes[pos:pos + n]))
+        pos += n
+    return out
+
+
+def _copy_out_impl(buffer, rows, offsets, row_bytes, dtypes, shapes, ndims):
+    """Fresh contiguous members out of a merged collective's result, in one split copy.
+
+    `buffer` holds `rows` equal rows of bytes (the ranks' chunks of a gathered
+    buffer; one row for reductions); member i's bytes are columns
+    [offsets[i], offsets[i] + row_bytes[i]) of every row, and its result has
+    shape `shapes` (flattened, `ndims` dims each). Gaps between members are
+    copied into scratch, so `split_with_sizes_copy` covers each row whole
+    (one kernel on CUDA).
+    """
+    src = _as_bytes(buffer).view(rows, -1)
+    names = dtypes.split(",")
+    outs = [
+        torch.empty(shape, dtype=dtype_from_name(name), device=buffer.device)
+        for name, shape in zip(names, _member_shapes(shapes, ndims))
+    ]
+    pieces, sizes, pos = [], [], 0
+    for i in sorted(range(len(outs)), key=lambda i: offsets[i]):
+        gap = offsets[i] - pos
+        if gap:
+            pieces.append(src.new_empty(rows, gap))
+            sizes.append(gap)
+        pieces.append(_as_bytes(outs[i]).view(rows, row_bytes[i]))
+        sizes.append(row_bytes[i])
+        pos = offsets[i] + row_bytes[i]
+    if src.shape[1] > pos:
+        pieces.append(src.new_empty(rows, src.shape[1] - pos))
+        sizes.append(src.shape[1] - pos)
+    torch.split_with_sizes_copy(src, sizes, dim=1, out=pieces)
+    return outs
+
+
+# The copy-out is an op of ours, not aten views: Inductor fuses views of the
+# merged buffer into each consumer, which then reads a strided slice instead of
+# the dense tensor the unbucketed collective gave it, may compile to another
+# kernel (another summation order) and so change the last bits. Members made
+# by an opaque op are dense buffers, read by the very kernels the unbucketed
+# graph had.
+_lib.define(
+    "copy_out(Tensor buffer, int rows, int[] offsets, int[] row_bytes, str dtypes, int[] shapes, int[] ndims)"
+    " -> Tensor[]"
+)
+_lib.impl("copy_out", _copy_out_impl, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake(f"{NAMESPACE}::copy_out")
+def _(buffer, rows, offsets, row_bytes, dtypes, shapes, ndims):
+    return [
+        buffer.new_empty(shape, dtype=dtype_from_name(name))
+        for name, shape in zip(dtypes.split(","), _member_shapes(shapes, ndims))
+    ]
 
 
 # Checks already passed, by (check id, plan): each graph's check runs once. The

@@ -16,6 +16,7 @@ from typing import Union
 
 COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
 POLICIES = ("locality", "merge_all")
+COPY_OUTS = ("copy", "views")
 
 # torch's own default cap is 2000 MB; we keep the same "merge generously" default.
 DEFAULT_BUCKET_CAP_MB = 2000.0
@@ -35,6 +36,12 @@ class BucketingOptions:
     alignment_bytes: int = DEFAULT_ALIGNMENT_BYTES
     # Fold a single-use dtype cast feeding an all-gather into the copy-in.
     fuse_casts: bool = True
+    # How members leave the merged result. "copy" (default): one op copies
+    # them out into dense tensors, so every consumer compiles to the kernel it
+    # had unbucketed: bit-identical results. "views": strided views of the
+    # merged buffer that Inductor fuses into consumers (no copy), which may
+    # change a consumer's kernel and its summation order: NOT bit-identical.
+    copy_out: str = "copy"
     # "locality" (default): merge up to the caps, but keep each bucket within
     # `locality_flops` of compute, keep its overlap window open, and split
     # buckets that would raise the estimated peak memory by more than
@@ -69,6 +76,8 @@ class BucketingOptions:
             raise ValueError(f"multidtype must be a bool, got {self.multidtype!r}")
         if not isinstance(self.fuse_casts, bool):
             raise ValueError(f"fuse_casts must be a bool, got {self.fuse_casts!r}")
+        if self.copy_out not in COPY_OUTS:
+            raise ValueError(f"copy_out must be one of {COPY_OUTS}, got {self.copy_out!r}")
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
         _check_optional_number("locality_flops", self.locality_flops)
@@ -115,6 +124,7 @@ class BucketingOptions:
             self.policy,
             self.locality_flops,
             self.memory_budget_mb,
+            self.copy_out,
         )
         return repr(fields)
 

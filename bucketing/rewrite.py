@@ -10,6 +10,7 @@ right before the first user of any member.
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 import torch
 import torch.fx as fx
@@ -69,7 +70,9 @@ class MetaEvaluator:
     def call(self, graph: fx.Graph, target, args: tuple, created: list[fx.Node], **kwargs) -> fx.Node:
         node = graph.call_function(target, args, kwargs)
         created.append(node)
-        if target is aten.clone.default:
+        if target is operator.getitem:
+            node.meta["val"] = args[0].meta["val"][args[1]]
+        elif target is aten.clone.default:
             # A dense copy: only shape and dtype matter (same shortcut as views).
             src = self._meta(args[0])
             self._set_meta(node, torch.empty(src.shape, dtype=src.dtype, device="meta"), args[0])
@@ -103,7 +106,8 @@ class MetaEvaluator:
         return meta
 
 
-def emit_bucket(graph: fx.Graph, bucket: Bucket, meta: MetaEvaluator, alignment: int) -> EmittedBucket:
+def emit_bucket(graph: fx.Graph, bucket: Bucket, meta: MetaEvaluator, alignment: int,
+                copy_out: str = "copy") -> EmittedBucket:
     created: list[fx.Node] = []
     try:
         emit = {
@@ -111,7 +115,7 @@ def emit_bucket(graph: fx.Graph, bucket: Bucket, meta: MetaEvaluator, alignment:
             "reduce_scatter": _emit_reduce_scatter,
             "all_reduce": _emit_all_reduce,
         }[bucket.kind]
-        return emit(graph, bucket, meta, alignment, created)
+        return emit(graph, bucket, meta, alignment, copy_out, created)
     except Exception:
         for node in reversed(created):
             graph.erase_node(node)
@@ -122,7 +126,40 @@ def _users_count(c) -> int:
     return len(c.wait.users)
 
 
-def _emit_all_gather(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int, created) -> EmittedBucket:
+def _copy_out(graph, meta: MetaEvaluator, created, result: fx.Node, rows: int, members, offsets: list[int],
+              row_bytes: list[int], shapes: list[list[int]]) -> tuple[list[fx.Node | None], list[fx.Node]]:
+    """Members with users as fresh dense tensors, made by one `copy_out` op.
+
+    Member i is bytes [offsets[i], offsets[i] + row_bytes[i]) of each of the
+    `rows` rows of `result`.
+    Returns the per-member outputs (None where unused) and the op node.
+    """
+    used = [i for i, m in enumerate(members) if _users_count(m)]
+    if not used:
+        return [None] * len(members), []
+    flat_shapes = [s for i in used for s in shapes[i]]
+    node = meta.call(
+        graph,
+        torch.ops.bucketing_ops.copy_out.default,
+        (
+            result,
+            rows,
+            [offsets[i] for i in used],
+            [row_bytes[i] for i in used],
+            ops.dtype_names(members[i].dtype for i in used),
+            flat_shapes,
+            [len(shapes[i]) for i in used],
+        ),
+        created,
+    )
+    outputs: list[fx.Node | None] = [None] * len(members)
+    for j, i in enumerate(used):
+        outputs[i] = meta.call(graph, operator.getitem, (node, j), created)
+    return outputs, [node]
+
+
+def _emit_all_gather(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int, copy_out: str,
+                     created) -> EmittedBucket:
     members = bucket.members
     world = members[0].group_size
     layout = plan_chunk([(m.numel * m.dtype.itemsize, m.dtype.itemsize) for m in members], alignment,
@@ -143,34 +180,46 @@ def _emit_all_gather(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int,
     gathered = meta.call(graph, c10d.all_gather_into_tensor.default, (copy_in, world, bucket.group_name), created)
     issue = list(created)
     wait = meta.call(graph, c10d.wait_tensor.default, (gathered,), created)
+    shapes = [[world * m.shape[0], *m.shape[1:]] for m in members]
+    if copy_out == "copy":
+        # The gathered buffer is [world, chunk_bytes]: member i's bytes are
+        # columns [offset, offset + nbytes) of every rank's row.
+        outputs, copies = _copy_out(graph, meta, created, wait, world, members,
+                                    [s.offset for s in layout.slots], [s.nbytes for s in layout.slots], shapes)
+        return EmittedBucket(bucket, issue, [wait, *copies], outputs, layout.padding_bytes * world, gathered)
     waits = [wait]
     # One dtype view of the whole gathered buffer per distinct dtype, shaped
     # [world, chunk / itemsize]; members are then plain slices in their own
-    # element units, which Inductor folds into the consumers' indexing.
+    # element units, which Inductor folds into the consumers' indexing. A bool
+    # member is read as bytes and compared with 0 (exact: bools gather as 0/1),
+    # since not every supported Inductor lowers a view to bool.
     grids: dict[torch.dtype, fx.Node] = {}
     outputs: list[fx.Node | None] = []
-    for m, slot in zip(members, layout.slots):
+    for m, slot, shape in zip(members, layout.slots, shapes):
         if not _users_count(m):
             outputs.append(None)
             continue
-        itemsize = m.dtype.itemsize
-        grid = grids.get(m.dtype)
+        view_dtype = torch.uint8 if m.dtype == torch.bool else m.dtype
+        itemsize = view_dtype.itemsize
+        grid = grids.get(view_dtype)
         if grid is None:
             typed = wait
-            if m.dtype != torch.uint8:
-                typed = meta.call(graph, aten.view.dtype, (wait, m.dtype), created)
+            if view_dtype != torch.uint8:
+                typed = meta.call(graph, aten.view.dtype, (wait, view_dtype), created)
             grid = meta.call(graph, aten.view.default, (typed, [world, layout.chunk_bytes // itemsize]), created)
-            grids[m.dtype] = grid
+            grids[view_dtype] = grid
             waits.append(grid)
             if typed is not wait:
                 waits.insert(-1, typed)
         start = slot.offset // itemsize
         part = meta.call(graph, aten.slice.Tensor, (grid, 1, start, start + slot.nbytes // itemsize), created)
-        out_shape = [world * m.shape[0], *m.shape[1:]]
-        # Contiguous like the collective's own result: users traced against a
-        # contiguous tensor may `view` it. Inductor folds the clone into them.
-        dense = meta.call(graph, aten.clone.default, (part,), created, memory_format=torch.contiguous_format)
-        outputs.append(meta.call(graph, aten.view.default, (dense, out_shape), created))
+        if m.dtype == torch.bool:
+            dense = meta.call(graph, aten.ne.Scalar, (part, 0), created)
+        else:
+            # Contiguous like the collective's own result: users traced against
+            # a contiguous tensor may `view` it. Inductor folds the clone into them.
+            dense = meta.call(graph, aten.clone.default, (part,), created, memory_format=torch.contiguous_format)
+        outputs.append(meta.call(graph, aten.view.default, (dense, shape), created))
     return EmittedBucket(bucket, issue, waits, outputs, layout.padding_bytes * world, gathered)
 
 
@@ -183,7 +232,8 @@ def _flat_parts(graph, bucket: Bucket, meta: MetaEvaluator, created, rows: int) 
     return parts
 
 
-def _emit_reduce_scatter(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int, created) -> EmittedBucket:
+def _emit_reduce_scatter(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int, copy_out: str,
+                         created) -> EmittedBucket:
     members = bucket.members
     world = members[0].group_size
     # Row r of the packed [world, total] tensor is what rank r receives: its
@@ -200,37 +250,47 @@ def _emit_reduce_scatter(graph, bucket: Bucket, meta: MetaEvaluator, alignment: 
     )
     issue = list(created)
     wait = meta.call(graph, c10d.wait_tensor.default, (scattered,), created)
-    outputs = _split_outputs(
+    outputs, copies = _split_outputs(
         graph, meta, created, wait, members, [m.numel // world for m in members],
-        [[m.shape[0] // world, *m.shape[1:]] for m in members],
+        [[m.shape[0] // world, *m.shape[1:]] for m in members], copy_out,
     )
-    return EmittedBucket(bucket, issue, [wait], outputs, 0, scattered)
+    return EmittedBucket(bucket, issue, [wait, *copies], outputs, 0, scattered)
 
 
-def _emit_all_reduce(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int, created) -> EmittedBucket:
+def _emit_all_reduce(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int, copy_out: str,
+                     created) -> EmittedBucket:
     members = bucket.members
     parts = _flat_parts(graph, bucket, meta, created, 1)
     flat = meta.call(graph, aten.cat.default, (parts,), created)
     reduced = meta.call(graph, c10d.all_reduce.default, (flat, bucket.reduce_op, bucket.group_name), created)
     issue = list(created)
     wait = meta.call(graph, c10d.wait_tensor.default, (reduced,), created)
-    outputs = _split_outputs(
-        graph, meta, created, wait, members, [m.numel for m in members], [list(m.shape) for m in members]
+    outputs, copies = _split_outputs(
+        graph, meta, created, wait, members, [m.numel for m in members], [list(m.shape) for m in members],
+        copy_out,
     )
-    return EmittedBucket(bucket, issue, [wait], outputs, 0, reduced)
+    return EmittedBucket(bucket, issue, [wait, *copies], outputs, 0, reduced)
 
 
-def _split_outputs(graph, meta, created, flat_result, members, numels, shapes) -> list[fx.Node | None]:
+def _split_outputs(graph, meta, created, flat_result, members, numels, shapes,
+                   copy_out: str) -> tuple[list[fx.Node | None], list[fx.Node]]:
+    """Members of a flat single-dtype result, back to back: copies, or slices of it."""
+    itemsize = members[0].dtype.itemsize
+    offsets, offset = [], 0
+    for numel in numels:
+        offsets.append(offset)
+        offset += numel
+    if copy_out == "copy":
+        return _copy_out(graph, meta, created, flat_result, 1, members, [o * itemsize for o in offsets],
+                         [n * itemsize for n in numels], shapes)
     outputs: list[fx.Node | None] = []
-    offset = 0
-    for m, numel, shape in zip(members, numels, shapes):
+    for m, start, numel, shape in zip(members, offsets, numels, shapes):
         if _users_count(m):
-            part = meta.call(graph, aten.slice.Tensor, (flat_result, 0, offset, offset + numel), created)
+            part = meta.call(graph, aten.slice.Tensor, (flat_result, 0, start, start + numel), created)
             outputs.append(meta.call(graph, aten.view.default, (part, shape), created))
         else:
             outputs.append(None)
-        offset += numel
-    return outputs
+    return outputs, []
 
 
 def replace_members(graph: fx.Graph, emitted: EmittedBucket) -> None:

@@ -16,7 +16,9 @@ def _names(gm):
 
 
 class TestCanonical(expecttest.TestCase):
-    def test_bf16_f32_bucket_graph(self):
+    @staticmethod
+    def _bucketed_code(**options) -> str:
+        """A bf16 (cast fused) and an f32 all-gather of 4 fake ranks, bucketed with `options`."""
         import torch.distributed as dist
         from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -28,10 +30,30 @@ class TestCanonical(expecttest.TestCase):
             return ag(w.to(bf16), g) * 2, ag(n, g)
 
         gm = trace(f, ((5,), f32), ((3,), f32))
-        plan = bc.bucket_collectives(gm)
-        self.assertEqual(len(plan.buckets), 1)
+        plan = bc.bucket_collectives(gm, **options)
+        assert len(plan.buckets) == 1
+        return gm.code.strip().replace(f"'{g}'", "GROUP")
+
+    def test_bf16_f32_bucket_graph(self):
+        """Default copy-out: one op makes dense members, read by consumers as unbucketed."""
         self.assertExpectedInline(
-            gm.code.strip().replace(f"'{g}'", "GROUP"),
+            self._bucketed_code(),
+            """\
+def forward(self, w_1, n_1):
+    all_gather_copy_in_default = torch.ops.bucketing_ops.all_gather_copy_in.default([w_1, n_1], [0, 16], [5, 3], 'bfloat16,float32', 32);  w_1 = n_1 = None
+    all_gather_into_tensor_default = torch.ops._c10d_functional.all_gather_into_tensor.default(all_gather_copy_in_default, 4, GROUP);  all_gather_copy_in_default = None
+    wait_tensor_default = torch.ops._c10d_functional.wait_tensor.default(all_gather_into_tensor_default);  all_gather_into_tensor_default = None
+    copy_out_default = torch.ops.bucketing_ops.copy_out.default(wait_tensor_default, 4, [0, 16], [10, 12], 'bfloat16,float32', [20, 12], [1, 1]);  wait_tensor_default = None
+    getitem = copy_out_default[0]
+    mul = torch.ops.aten.mul.Tensor(getitem, 2);  getitem = None
+    getitem_1 = copy_out_default[1];  copy_out_default = None
+    return (mul, getitem_1)""",
+        )
+
+    def test_bf16_f32_bucket_graph_with_view_copy_out(self):
+        """copy_out="views": per-dtype views of the gathered buffer, fused into consumers."""
+        self.assertExpectedInline(
+            self._bucketed_code(copy_out="views"),
             """\
 def forward(self, w_1, n_1):
     all_gather_copy_in_default = torch.ops.bucketing_ops.all_gather_copy_in.default([w_1, n_1], [0, 16], [5, 3], 'bfloat16,float32', 32);  w_1 = n_1 = None

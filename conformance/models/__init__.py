@@ -1,0 +1,1 @@
+"""Real models, sharded SimpleFSDP-style, trained compiled with and without a bucketing pass."""

@@ -1,0 +1,91 @@
+"""The model family: real models shipped with torch, sharded SimpleFSDP-style.
+
+Each entry says how to build the model (identical initial weights on every
+rank), a batch per rank, the loss, and the autocast it runs under. Models come
+from `torch.testing._internal.distributed._tensor.common_dtensor`, the models
+torch's own distributed tests train.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.testing._internal.distributed._tensor.common_dtensor import MLPStacked, ModelArgs, Transformer
+
+from .simple_fsdp import simple_fsdp
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    make: Callable[[], torch.nn.Module]
+    batch: Callable[[int, str], tuple]
+    loss: Callable
+    autocast_dtype: torch.dtype | None = None
+    description: str = ""
+
+    def build(self, mesh, device: str) -> torch.nn.Module:
+        torch.manual_seed(0)  # the same full weights on every rank; each keeps its shard
+        return simple_fsdp(self.make().to(device), mesh)
+
+    def autocast(self, device: str):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device, dtype=self.autocast_dtype)
+
+
+TRANSFORMER_ARGS = ModelArgs(n_layers=2, vocab_size=64, max_seq_len=32, dim=256, n_heads=4,
+                             dropout_p=0.0, weight_tying=False)
+
+
+def _mixed_transformer() -> torch.nn.Module:
+    """bf16 Linear weights and biases; Embedding and LayerNorm stay f32."""
+    model = Transformer(TRANSFORMER_ARGS)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.to(torch.bfloat16)
+    return model
+
+
+def _tokens(rank: int, device: str) -> tuple:
+    gen = torch.Generator().manual_seed(1000 + rank)
+    args = TRANSFORMER_ARGS
+    tokens = torch.randint(0, args.vocab_size, (2, args.max_seq_len), generator=gen)
+    targets = torch.randint(0, args.vocab_size, (2, args.max_seq_len), generator=gen)
+    return tokens.to(device), targets.to(device)
+
+
+def _token_loss(logits, targets):
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
+
+
+def _mlp_batch(rank: int, device: str) -> tuple:
+    gen = torch.Generator().manual_seed(2000 + rank)
+    return torch.randn(8, 10, generator=gen).to(device), torch.randn(8, 10, generator=gen).to(device)
+
+
+def _mse(out, target):
+    return F.mse_loss(out, target)
+
+
+MODELS = {
+    spec.name: spec
+    for spec in (
+        ModelSpec("transformer-bf16-f32", _mixed_transformer, _tokens, _token_loss, torch.bfloat16,
+                  "torch's test Transformer (2 blocks, dim 256, SDPA): bf16 Linear, f32 Embedding and LayerNorm, "
+                  "autocast bf16"),
+        ModelSpec("mlp-stacked-f32", lambda: MLPStacked("cpu", n_layers=4), _mlp_batch, _mse, None,
+                  "torch's test MLPStacked (4 blocks of Linear 10x16, 16x10) in f32"),
+    )
+}
+
+
+def get(name: str) -> ModelSpec:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; known: {sorted(MODELS)}") from None

@@ -1,0 +1,102 @@
+"""Train a real model a few steps, compiled, with and without the pass under test.
+
+Rank task `run_model_case`: one model of the family, several variants (no pass,
+then the adapter's Inductor pass with each option set), each compiled
+forward + backward through `torch.compile` and stepped with AdamW. Returns,
+per variant, the collectives of every post-grad graph before and after the
+pass, the plan text, and the first byte where its losses, gradients or
+parameters differ from the unbucketed run's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch._dynamo
+from torch.distributed.device_mesh import DeviceMesh
+
+from .. import adapters
+from ..harness import count_collectives, first_difference
+from . import family
+
+
+class _Recorder:
+    """Wraps the pass under test; records collectives of each graph it sees, and the plans."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.before: list[dict] = []
+        self.after: list[dict] = []
+        self.plans: list[str] = []
+
+    def __call__(self, graph):
+        self.before.append(count_collectives(graph))
+        if self.inner is not None:
+            self.inner(graph)
+            plan = getattr(self.inner, "last_plan", None)
+            self.plans.append(_plan_text(plan))
+        self.after.append(count_collectives(graph))
+
+    def uuid(self):
+        return None  # never cached: every compile must run the recorder
+
+
+def _plan_text(plan) -> str:
+    from ..harness import _plan_text as text
+
+    return text(plan)
+
+
+def train(spec: family.ModelSpec, mesh: DeviceMesh, rank: int, device: str, custom_pass, steps: int):
+    """(losses, gradients of the first step, parameters after `steps`, recorder)."""
+    torch._dynamo.reset()
+    model = spec.build(mesh, device)
+    optim = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
+    inputs, targets = spec.batch(rank, device)
+    recorder = _Recorder(custom_pass)
+    compiled = torch.compile(model)
+    losses, first_grads = [], None
+    with torch._inductor.config.patch(post_grad_custom_post_pass=recorder, fx_graph_cache=False):
+        for _ in range(steps):
+            optim.zero_grad(set_to_none=True)
+            with spec.autocast(device):
+                out = compiled(inputs)
+            loss = spec.loss(out, targets)
+            loss.backward()
+            if first_grads is None:
+                first_grads = [_local(p.grad).clone() for p in model.parameters()]
+            optim.step()
+            losses.append(loss.detach().clone())
+    params = [_local(p).detach().clone() for p in model.parameters()]
+    return losses, first_grads, params, recorder
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def run_model_case(ctx, model_id: str, adapter_spec: str, variants: dict, steps: int = 3) -> dict:
+    """Rank task: train `model_id` unbucketed and under each named option set; compare bytes."""
+    spec = family.get(model_id)
+    adapter = adapters.load(adapter_spec)
+    mesh = DeviceMesh(ctx.device, list(range(ctx.world_size)))
+    base_losses, base_grads, base_params, base_rec = train(spec, mesh, ctx.rank, ctx.device, None, steps)
+    out = {"unbucketed": {"before": base_rec.before, "after": base_rec.after, "plans": [], "diff": None}}
+    for name, options in variants.items():
+        custom = adapter.inductor_pass(**options) if adapter.inductor_pass else None
+        losses, grads, params, rec = train(spec, mesh, ctx.rank, ctx.device, custom, steps)
+        diff = None
+        for what, a, b in (("loss", base_losses, losses), ("gradient", base_grads, grads),
+                           ("parameter", base_params, params)):
+            d = first_difference(a, b)
+            if d is not None:
+                diff = (what, *d)
+                break
+        out[name] = {"before": rec.before, "after": rec.after, "plans": rec.plans, "diff": diff}
+    return out
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield
