@@ -8,6 +8,7 @@ given by name. Anything else is reported with the reason it is left alone.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import torch
 import torch.fx as fx
@@ -40,6 +41,9 @@ class Collective:
     # When a single-use cast feeds an all-gather, the copy-in reads `cast_source`
     # and converts on the way; the cast node then dies.
     cast_source: fx.Node | None = None
+    # The repeated module (a transformer block, "layers.3") the collective
+    # belongs to, from the graph's module stack; None outside any.
+    block: str | None = None
 
     @property
     def numel(self) -> int:
@@ -47,14 +51,6 @@ class Collective:
         for s in self.shape:
             n *= s
         return n
-
-    @property
-    def key(self) -> tuple:
-        """The merge key: collectives merge only with equal keys.
-
-        (kind, group name, reduce op or None, dtype or None when dtypes may mix)
-        """
-        return (self.kind, self.group_name, self.reduce_op, self.dtype)
 
     def describe(self) -> str:
         return f"{self.node.name}({self.kind}, {self.group_name}, {self.dtype}, {list(self.shape)})"
@@ -64,6 +60,27 @@ class Collective:
 class Skipped:
     node_name: str
     reason: str
+
+
+# The first indexed component of a module path: "layers.3", "layers[3]", "_modules['3']".
+_INDEXED = re.compile(r"""(?:\.|\[['"]?)(\d+)(?:['"]?\])?(?=\.|\[|$)""")
+
+
+def module_block(node: fx.Node) -> str | None:
+    """The path of the outermost indexed module (a ModuleList entry) around `node`.
+
+    Forward nodes carry `nn_module_stack`, backward nodes `fwd_nn_module_stack`
+    (the forward module they differentiate); the innermost entry's path names
+    every enclosing module. A node outside any indexed module has no block.
+    """
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
+    if not stack:
+        return None
+    path = next(reversed(stack.values()))[0]
+    if not isinstance(path, str):
+        return None
+    match = _INDEXED.search(path)
+    return path[: match.end()] if match else None
 
 
 def _static_shape(val) -> tuple[int, ...] | None:
@@ -187,5 +204,6 @@ def _describe(node: fx.Node, kind: str, fuse_casts: bool) -> tuple[Collective | 
         shape=shape,
         nbytes=nbytes,
         cast_source=cast_source,
+        block=module_block(node),
     )
     return record, ""

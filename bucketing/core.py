@@ -18,7 +18,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_file
 from . import ordering, policy, report
 from .collectives import find_collectives
 from .options import BucketingOptions, make_options
-from .planning import plan_buckets
+from .planning import alone, plan_buckets
 from .report import BucketReport, Plan, explain  # noqa: F401  (re-exported)
 from .rewrite import MetaEvaluator, emit_bucket, replace_members
 
@@ -50,6 +50,7 @@ def _apply(graph: fx.Graph, opts: BucketingOptions) -> Plan:
         return plan
     buckets, over_cap, whens, timeline = plan_buckets(graph, collectives, opts)
     skipped.extend(over_cap)
+    skipped.extend(alone(buckets))
     merged = [b for b in buckets if len(b.members) > 1]
     if not merged:
         plan = Plan([], skipped, time.perf_counter() - start)
@@ -73,8 +74,9 @@ def _apply(graph: fx.Graph, opts: BucketingOptions) -> Plan:
         first = issue_at[id(e.bucket)]
         segment = snapshot.segment[members[0].node]
         for k, node in enumerate(e.issue_nodes):
-            # Before everything placed at that position, the previous bucket's wait included.
-            issue_priority[node] = (first, -1000, k)
+            # After the previous bucket's wait and copy-out placed there (its buffer is
+            # freed first), before the original node at that position.
+            issue_priority[node] = (first, -1, k)
             issue_segment[node] = segment
         first_wait = min(snapshot.position[m.wait] for m in members)
         for node in e.wait_nodes + [o for o in e.outputs if o is not None]:
@@ -85,7 +87,8 @@ def _apply(graph: fx.Graph, opts: BucketingOptions) -> Plan:
     for e in emitted:
         replace_members(graph, e)
     ordering.reorder(graph, snapshot, issue_priority, issue_segment, fallback)
-    reports = [report.describe(e, whens, timeline, issue_at[id(e.bucket)]) for e in emitted]
+    views = opts.copy_out == "views"
+    reports = [report.describe(e, whens, timeline, issue_at[id(e.bucket)], views) for e in emitted]
     plan = Plan(reports, skipped, time.perf_counter() - start)
     if opts.verify_plan_across_ranks:
         _insert_plan_check(graph, plan)

@@ -6,7 +6,8 @@ take the position policy.issue_positions chooses (once the last member input
 exists, and not before the previous bucket is waited on) and go before
 everything else there; wait and copy-out nodes take their first user's
 position, so they run just before it. Nodes with side effects stay in their segment: everything
-before a barrier stays before it and everything after stays after it.
+before a barrier stays before it and everything after stays after it. Seeded
+random nodes keep their order among themselves (planning made sure it can).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections import defaultdict
 
 import torch.fx as fx
 
-from .planning import is_barrier
+from .planning import is_barrier, is_seeded
 
 Priority = tuple
 
@@ -28,7 +29,10 @@ class GraphSnapshot:
         self.position: dict[fx.Node, int] = {}
         self.segment: dict[fx.Node, int] = {}
         self.barriers: list[fx.Node] = []
+        self.seeded: list[fx.Node] = []
         for i, node in enumerate(graph.nodes):
+            if is_seeded(node):
+                self.seeded.append(node)
             self.position[node] = i
             self.segment[node] = len(self.barriers)
             if is_barrier(node):
@@ -74,6 +78,9 @@ def reorder(
     for node in nodes:
         for inp in node.all_input_nodes:
             edge(inp, node)
+    seeded = [n for n in snapshot.seeded if n in indegree]
+    for a, b in zip(seeded, seeded[1:]):
+        edge(a, b)
     barriers = [b for b in snapshot.barriers if b in indegree]
     if barriers:
         barrier_index = {b: i for i, b in enumerate(barriers)}

@@ -11,8 +11,20 @@ a bucket never takes a member that depends on it, and a bucket that another
 bucket comes to depend on is closed at once, so no dependency can ever point
 back into it (a cycle would need a closed bucket to grow).
 
-Nodes with side effects (mutations, seeded randomness, effect tokens) are
-barriers: everything before one stays before it, and a bucket never spans one.
+Nodes with side effects (mutations, effect tokens) are barriers: everything
+before one stays before it, and a bucket never spans one. Seeded random ops
+(attention carries the tag even without dropout) are no barrier: issuing or
+waiting a collective never touches the random state. They only keep their
+order among themselves, so each one counts as depending on everything the
+previous one depends on.
+
+Under the locality policy a bucket holds one block (a repeated module such as
+a transformer layer, read from the graph's module stack): the unit sharded
+training gathers and frees, whatever compute lies inside it. Collectives
+outside any block follow the compute window (policy.py).
+
+Every collective that ends alone in its bucket gets the reason, so the plan
+can list it.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ from .options import BucketingOptions
 
 # How many buckets of one key the locality policy keeps open at once.
 MAX_OPEN_PER_KEY = 4
+MB = 1024 * 1024
 
 
 @dataclasses.dataclass
@@ -42,11 +55,13 @@ class Bucket:
     members: list[Collective] = dataclasses.field(default_factory=list)
     nbytes: int = 0  # payload bytes, the larger side of each member; padding excluded
     span: policy.Span | None = None  # what the locality policy tracks
+    # Why no other collective joined (set while planning; read when it stays alone).
+    alone_reason: str = ""
 
-    def part(self, members: list[Collective]) -> Bucket:
+    def part(self, members: list[Collective], alone_reason: str = "") -> Bucket:
         """A bucket of some of these members (a split keeps key, index and cap)."""
         return Bucket(self.index, self.kind, self.key, self.cap_bytes, list(members),
-                      sum(m.nbytes for m in members))
+                      sum(m.nbytes for m in members), alone_reason=alone_reason)
 
     @property
     def group_name(self) -> str:
@@ -64,15 +79,22 @@ def bucket_key(c: Collective, multidtype: bool) -> tuple:
 
 
 def is_barrier(node: fx.Node) -> bool:
+    """Mutation or effect token: nothing may move across it."""
     if node.op != "call_function":
         return False
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
-        schema = target._schema
-        return schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags
+        return target._schema.is_mutable
     if isinstance(target, torch._ops.HigherOrderOperator):
         return target.name() == "with_effects"
     return False
+
+
+def is_seeded(node: fx.Node) -> bool:
+    """Draws from the random state: such nodes keep their order among themselves."""
+    target = node.target
+    return (node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
+            and torch.Tag.nondeterministic_seeded in target.tags)
 
 
 def plan_buckets(
@@ -101,32 +123,51 @@ def plan_buckets(
     max_open = MAX_OPEN_PER_KEY if locality else 1
     next_index: dict[str, int] = defaultdict(int)
     masks: dict[fx.Node, int] = {}
-    barrier_mask = 0
+    barrier_mask = 0  # what every node after the last barrier depends on
+    last_barrier = ""
+    rng_mask = 0  # what the next seeded node depends on through the random state
     everything = 0  # union of all masks so far: what a barrier depends on
 
-    def close_dependencies(mask: int, keep: int) -> None:
+    def close_dependencies(mask: int, keep: int, closer: str) -> None:
         for bids in open_by_key.values():
+            for bid in bids:
+                if bid != keep and (mask >> bid) & 1 and not buckets[bid].alone_reason:
+                    buckets[bid].alone_reason = f"closed: {closer} depends on its result"
             bids[:] = [bid for bid in bids if bid == keep or not (mask >> bid) & 1]
 
-    def admits(bid: int, c: Collective, w: policy.When, mask: int) -> bool:
+    def refusal(bid: int, c: Collective, w: policy.When, mask: int) -> str | None:
+        """Why `c` may not join bucket `bid`, or None if it may."""
         bucket = buckets[bid]
-        fits = bucket.nbytes + c.nbytes <= bucket.cap_bytes
-        room = options.max_bucket_count is None or len(bucket.members) < options.max_bucket_count
-        near = not locality or policy.admits(bucket.span, w, timeline, window)
-        return fits and room and near and not (mask >> bid) & 1
+        if (mask >> bid) & 1:
+            if (barrier_mask >> bid) & 1:
+                return f"a side-effecting node ({last_barrier}) lies between it and the open bucket"
+            return "its input depends on the open bucket's result"
+        if bucket.nbytes + c.nbytes > bucket.cap_bytes:
+            return f"the open bucket is full ({bucket.nbytes} + {c.nbytes} bytes > cap {bucket.cap_bytes:.0f})"
+        if options.max_bucket_count is not None and len(bucket.members) >= options.max_bucket_count:
+            return f"the open bucket already holds max_bucket_count={options.max_bucket_count} members"
+        if locality and c.block is None:
+            return policy.refusal(bucket.span, w, timeline, window)
+        return None
 
     def assign(c: Collective, mask: int) -> int | None:
         key = bucket_key(c, options.multidtype)
+        if locality:
+            key = (*key, c.block)
         w = whens[c.node]
         bids = open_by_key[key]
+        why = None
         for bid in reversed(bids):
-            if admits(bid, c, w, mask):
+            why = refusal(bid, c, w, mask)
+            if why is None:
                 bucket = buckets[bid]
                 bucket.members.append(c)
                 bucket.nbytes += c.nbytes
                 bucket.span = bucket.span.add(w)
-                close_dependencies(mask, bid)
+                close_dependencies(mask, bid, c.node.name)
                 return bid
+            if not buckets[bid].alone_reason:
+                buckets[bid].alone_reason = f"{c.node.name} could not join: {why}"
         index = next_index[c.kind]
         cap = options.cap_bytes(index)
         if c.nbytes > cap:
@@ -135,16 +176,19 @@ def plan_buckets(
             return None
         next_index[c.kind] += 1
         bid = len(buckets)
-        buckets.append(Bucket(index, c.kind, key, cap, [c], c.nbytes, policy.Span.of(w)))
+        buckets.append(Bucket(index, c.kind, key, cap, [c], c.nbytes, policy.Span.of(w), why or ""))
         bids.append(bid)
         del bids[:-max_open]
-        close_dependencies(mask, bid)
+        close_dependencies(mask, bid, c.node.name)
         return bid
 
     for node in graph.nodes:
         mask = barrier_mask
         for inp in node.all_input_nodes:
             mask |= masks[inp]
+        if is_seeded(node):
+            mask |= rng_mask
+            rng_mask = mask
         c = by_node.get(node)
         if c is not None:
             bid = assign(c, mask)
@@ -153,19 +197,33 @@ def plan_buckets(
         if is_barrier(node):
             mask |= everything
             barrier_mask = mask
+            last_barrier = node.name
         everything |= mask
         masks[node] = mask
 
     if locality and any(len(b.members) > 1 for b in buckets):
         budget = options.memory_budget_mb
-        budget_bytes = max(b.cap_bytes for b in buckets) if budget is None else budget * 1024 * 1024
+        budget_bytes = max(b.cap_bytes for b in buckets) if budget is None else budget * MB
         # Merging adds at most four times the merged bytes (inputs and results
         # held longer, one packed copy); skip the sweep when even that fits.
         merged_bytes = sum(b.nbytes for b in buckets if len(b.members) > 1)
         if 4 * merged_bytes > budget_bytes:
-            buckets = policy.split_for_memory(buckets, whens, policy.live_bytes(graph), budget_bytes)
+            buckets = policy.split_for_memory(buckets, whens, policy.live_bytes(graph), budget_bytes,
+                                              options.copy_out == "views")
             buckets = _renumber_within_caps(buckets, whens, options)
     return buckets, skipped, whens, timeline
+
+
+def alone(buckets: list[Bucket]) -> list[Skipped]:
+    """The collectives that stayed alone in their bucket, with why."""
+    out = []
+    for b in buckets:
+        if len(b.members) == 1:
+            c = b.members[0]
+            block = f" in block {c.block}" if c.block else ""
+            why = b.alone_reason or f"no other collective of its key ({c.kind}, group, op, dtype){block} came to join it"
+            out.append(Skipped(c.node.name, why))
+    return out
 
 
 def _renumber_within_caps(buckets: list[Bucket], whens: dict, options: BucketingOptions) -> list[Bucket]:
@@ -187,4 +245,4 @@ def _renumber_within_caps(buckets: list[Bucket], whens: dict, options: Bucketing
         if over is None:
             return buckets
         i = next(k for k, b in enumerate(buckets) if b is over)
-        buckets[i:i + 1] = policy.halve(over)
+        buckets[i:i + 1] = policy.halve(over, f"split: over the cap of bucket index {over.index}")

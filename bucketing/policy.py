@@ -124,17 +124,22 @@ class Span:
                     max(self.ready, w.ready), min(self.first_use, w.first_use))
 
 
-def admits(span: Span, w: When, timeline: Timeline, window_flops: float) -> bool:
-    """The locality and overlap rules: may a collective with `w` join a bucket covering `span`?"""
+def refusal(span: Span, w: When, timeline: Timeline, window_flops: float) -> str | None:
+    """The locality and overlap rules: why a collective with `w` may not join a
+    bucket covering `span`, or None if it may."""
     grown = span.add(w)
     if grown.high - grown.low > window_flops:
-        return False
+        return (f"{grown.high - grown.low:.3g} FLOPs of compute would lie inside the bucket, "
+                f"over the locality window of {window_flops:.3g}")
+
     # Compute between issue and wait is what hides the collective: a bucket
     # whose window could hide one keeps it.
     def hides(s: Span) -> bool:
         return timeline.flops_between(s.ready + 1, s.first_use) > window_flops
 
-    return hides(grown) or not hides(span)
+    if hides(span) and not hides(grown):
+        return "joining would shrink the bucket's overlap window below what hides a collective"
+    return None
 
 
 def issue_positions(buckets: list, whens: dict) -> dict[int, int]:
@@ -158,25 +163,36 @@ def issue_positions(buckets: list, whens: dict) -> dict[int, int]:
     return out
 
 
-def bucket_extra_intervals(bucket, whens: dict, issue: int) -> list[tuple[int, int, int]]:
-    """(start, end inclusive, bytes): how merging moves live ranges.
+def bucket_extra_intervals(bucket, whens: dict, issue: int, views: bool = False) -> list[tuple[int, int, int]]:
+    """(start, end inclusive, bytes): how merging changes live bytes (negative: frees).
 
-    A member's result exists from the bucket's issue rather than from its own
-    collective, and is held until every member is copied out (all-gather
-    copy-outs are made at each member's first use; reduce-scatter and
-    all-reduce results are views, held to the bucket's last use); an input
-    read after its own collective's place is held until the issue. What any
-    bucket costs by itself (the packed input, the merged buffer) is bounded
-    by the cap and not counted here.
+    With the default copy-out, the merged result lives from the bucket's issue
+    to its first use, where one op copies every member out; each member then
+    lives to its own last use, in place of its own collective's result. With
+    `views` (copy_out="views") members share the merged buffer, which exists
+    from the issue and is held until every member is read (an all-gather
+    member's clone is made at its first use; reduce-scatter and all-reduce
+    members are slices, held to the bucket's last use). Either way an input
+    read after its own collective's place is held until the issue. The
+    packed input, and the copy-out's moment when the merged result and its
+    members coexist, are bounded by the cap and not counted here.
     """
     ws = [whens[m.node] for m in bucket.members]
-    held_until = max(w.first_use if bucket.kind == "all_gather" else w.last_use for w in ws)
+    first_use = min(w.first_use for w in ws)
     out = []
+    if views:
+        held_until = max(w.first_use if bucket.kind == "all_gather" else w.last_use for w in ws)
+        for w in ws:
+            if issue < w.position:
+                out.append((issue, w.position - 1, w.out_bytes))
+            if w.last_use < held_until:
+                out.append((w.last_use + 1, held_until, w.out_bytes))
+    else:
+        out.append((issue, first_use - 1, sum(w.out_bytes for w in ws)))
+        for w in ws:
+            out.append((first_use, w.last_use, w.out_bytes))
+            out.append((w.position, w.last_use, -w.out_bytes))
     for w in ws:
-        if issue < w.position:
-            out.append((issue, w.position - 1, w.out_bytes))
-        if w.last_use < held_until:
-            out.append((w.last_use + 1, held_until, w.out_bytes))
         if issue > w.position:
             out.append((w.position + 1, issue, w.in_bytes))
     return out
@@ -194,7 +210,7 @@ def peak_of(intervals: list[tuple[int, int, int]]) -> int:
     return peak
 
 
-def split_for_memory(buckets: list, whens: dict, base_live: list[int], budget: float) -> list:
+def split_for_memory(buckets: list, whens: dict, base_live: list[int], budget: float, views: bool = False) -> list:
     """Halve the bucket that adds most at the estimated peak until it is within `budget` of the unbucketed one."""
     limit = max(base_live, default=0) + budget
     size = len(base_live) + 2
@@ -205,7 +221,7 @@ def split_for_memory(buckets: list, whens: dict, base_live: list[int], budget: f
         for b in buckets:
             if len(b.members) < 2:
                 continue
-            per_bucket[id(b)] = intervals = bucket_extra_intervals(b, whens, issue[id(b)])
+            per_bucket[id(b)] = intervals = bucket_extra_intervals(b, whens, issue[id(b)], views)
             for start, end, nbytes in intervals:
                 extra[start] += nbytes
                 extra[end + 1] -= nbytes
@@ -222,10 +238,11 @@ def split_for_memory(buckets: list, whens: dict, base_live: list[int], budget: f
         if adds.get(id(culprit), 0) == 0:
             return buckets
         i = next(k for k, b in enumerate(buckets) if b is culprit)
-        buckets[i:i + 1] = halve(culprit)
+        buckets[i:i + 1] = halve(culprit, f"split to keep the estimated peak within the memory budget "
+                                          f"({budget:.0f} bytes over the unbucketed peak)")
 
 
-def halve(bucket) -> list:
+def halve(bucket, why: str) -> list:
     """Two buckets of about half the bytes each, members in graph order.
 
     Balanced parts keep the most merging; any split of a legal bucket is legal
@@ -236,7 +253,7 @@ def halve(bucket) -> list:
     while cut < len(members) - 1 and running < bucket.nbytes / 2:
         running += members[cut].nbytes
         cut += 1
-    return [bucket.part(members[:cut]), bucket.part(members[cut:])]
+    return [bucket.part(members[:cut], why), bucket.part(members[cut:], why)]
 
 
 def live_bytes(graph: fx.Graph) -> list[int]:
@@ -244,7 +261,8 @@ def live_bytes(graph: fx.Graph) -> list[int]:
 
     A tensor is allocated by the node that makes it and lives until the last
     user of it or of any view of it (views, including a collective's wait, add
-    no bytes). Graph inputs are not counted. A coarse estimate, the same for
+    no bytes). An op returning several tensors counts each at its `getitem`,
+    so each is freed on its own. Graph inputs are not counted. A coarse estimate, the same for
     every variant, good enough to compare plans of one graph.
     """
     order: dict[fx.Node, int] = {}
@@ -260,8 +278,10 @@ def live_bytes(graph: fx.Graph) -> list[int]:
     live = 0
     out = []
     for node in graph.nodes:
-        if owner[node] is node and node.op not in ("placeholder", "output", "get_attr"):
-            size = _nbytes(node.meta.get("val"))
+        val = node.meta.get("val")
+        if owner[node] is node and node.op not in ("placeholder", "output", "get_attr") \
+                and not isinstance(val, (list, tuple)):
+            size = _nbytes(val)
             live += size
             end = last_use.get(node, order[node])
             frees[end] = frees.get(end, 0) + size

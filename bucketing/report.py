@@ -81,7 +81,7 @@ class Plan:
         return out
 
 
-def describe(emitted, whens, timeline, issued_at: int) -> BucketReport:
+def describe(emitted, whens, timeline, issued_at: int, views: bool = False) -> BucketReport:
     bucket = emitted.bucket
     ws = [whens[m.node] for m in bucket.members]
     first_use = min(w.first_use for w in ws)
@@ -105,7 +105,7 @@ def describe(emitted, whens, timeline, issued_at: int) -> BucketReport:
         last_use=max(w.last_use for w in ws),
         overlap_nodes=max(0, first_use - issued_at),
         overlap_flops=timeline.flops_between(issued_at, first_use),
-        extra_peak_bytes=policy.peak_of(policy.bucket_extra_intervals(bucket, whens, issued_at)),
+        extra_peak_bytes=policy.peak_of(policy.bucket_extra_intervals(bucket, whens, issued_at, views)),
     )
 
 
