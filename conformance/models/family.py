@@ -27,6 +27,9 @@ class ModelSpec:
     loss: Callable
     autocast_dtype: torch.dtype | None = None
     description: str = ""
+    # Collectives a user expects per graph (forward all-gathers, backward
+    # reduce-scatters): unbucketed, then per named variant of VARIANTS.
+    expect: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
     def build(self, mesh, device: str) -> torch.nn.Module:
         torch.manual_seed(0)  # the same full weights on every rank; each keeps its shard
@@ -72,14 +75,22 @@ def _mse(out, target):
     return F.mse_loss(out, target)
 
 
+# Pass options per variant, each compared with the unbucketed run.
+VARIANTS = {"default": {}, "merge_all": {"policy": "merge_all"}}
+
 MODELS = {
     spec.name: spec
     for spec in (
         ModelSpec("transformer-bf16-f32", _mixed_transformer, _tokens, _token_loss, torch.bfloat16,
                   "torch's test Transformer (2 blocks, dim 256, SDPA): bf16 Linear, f32 Embedding and LayerNorm, "
-                  "autocast bf16"),
+                  "autocast bf16",
+                  # Default: one all-gather bucket per block, one for the embeddings, one
+                  # for the final norm and output; reduce-scatters per block and dtype.
+                  # merge_all: across attention, one per dtype for reductions.
+                  {"unbucketed": (29, 29), "default": (4, 7), "merge_all": (1, 2)}),
         ModelSpec("mlp-stacked-f32", lambda: MLPStacked("cpu", n_layers=4), _mlp_batch, _mse, None,
-                  "torch's test MLPStacked (4 blocks of Linear 10x16, 16x10) in f32"),
+                  "torch's test MLPStacked (4 blocks of Linear 10x16, 16x10) in f32; uneven shards at 4 ranks",
+                  {"unbucketed": (16, 16), "default": (4, 4), "merge_all": (1, 1)}),
     )
 }
 

@@ -1,0 +1,56 @@
+"""The model family: real models trained compiled, bucketed vs unbucketed, bit for bit.
+
+Each model (conformance/models/family.py) is sharded SimpleFSDP-style and
+trained a few AdamW steps through torch.compile on gloo ranks: unbucketed,
+then under each variant of the pass. Losses, first-step gradients and final
+parameters must match the unbucketed run byte for byte on every rank, and the
+collectives per graph must be what a user of the model expects. At 4 ranks
+every rank trains on the same batch, so reductions add equal values and any
+summation order gives the same bits (see training.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.adapters import BUCKETING
+from conformance.models import family
+from conformance.pool import raise_on_failure
+
+STEPS = 3
+
+
+@pytest.mark.inductor
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("model_id", sorted(family.MODELS))
+def test_model_trains_bit_identically(model_id, world_size, bucketing_adapter, rank_pools, request):
+    if bucketing_adapter.inductor_pass is None:
+        pytest.skip(f"adapter {bucketing_adapter.name} has no Inductor form")
+    reason = bucketing_adapter.xfail_reason(f"model:{model_id}-w{world_size}")
+    if reason:
+        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
+    results = raise_on_failure(
+        rank_pools.get(world_size).run(
+            "conformance.models.training:run_model_case", timeout_s=900, model_id=model_id,
+            adapter_spec=request.config.getoption("--bucketing-pass"), variants=family.VARIANTS, steps=STEPS,
+        ),
+        model_id,
+    )
+    for rank, per_variant in enumerate(results):
+        for variant, r in per_variant.items():
+            assert r["diff"] is None, (
+                f"{model_id} w{world_size} rank {rank} [{variant}]: {r['diff'][0]} {r['diff'][1]} differs at byte "
+                f"{r['diff'][2]} ({r['diff'][3]})\n" + "\n".join(r["plans"])
+            )
+    spec = family.get(model_id)
+    first = results[0]
+    forward, backward = (c for c in first["unbucketed"]["after"])
+    assert (forward["all_gather"], backward["reduce_scatter"]) == spec.expect["unbucketed"]
+    if bucketing_adapter.expectations != BUCKETING:
+        return
+    for variant in family.VARIANTS:
+        after = first[variant]["after"]
+        got = (after[0]["all_gather"], after[1]["reduce_scatter"])
+        assert got == spec.expect[variant], f"{model_id} [{variant}]: {got}\n" + "\n".join(first[variant]["plans"])
+        # Every collective left in a graph is a bucket or listed as left alone, with a reason.
+        assert first[variant]["explained"] == [sum(c.values()) for c in after], first[variant]["plans"]
