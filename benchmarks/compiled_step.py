@@ -1,4 +1,5 @@
-"""Compiled-step benchmark on gloo ranks: unbucketed, torch's pass, ours, and the limit.
+"""Compiled-step benchmark on gloo ranks: unbucketed, torch's pass, ours (copy-out
+op, and fused views), and the limit.
 
 The limit is one pre-packed all-gather (or reduce-scatter) of the same bytes
 followed by the same doubling of every member: what a perfect bucketing could
@@ -104,6 +105,8 @@ def bench_step(ctx, kind: str, n: int, steps: int = 30) -> list[dict]:
         ("unbucketed", program, xs, None),
         ("torch", program, xs, _TorchInductorPass(multidtype=True, collectives=(kind,))),
         ("ours", program, xs, bc.BucketingPass()),
+        # The same buckets with members as fused views: what the copy-out op costs and gains.
+        ("ours (views)", program, xs, bc.BucketingPass(copy_out="views")),
         ("limit", limit_prog, limit_inputs, None),
     ]
     compiled_variants = []

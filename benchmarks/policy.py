@@ -27,7 +27,7 @@ def _worker(rank, world, args, init_file, out_file):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch._inductor.config.fx_graph_cache = False
     group = dist.group.WORLD
-    dargs = argparse.Namespace(layers=args.layers, dim=args.dim, batch=8, steps=args.steps)
+    dargs = argparse.Namespace(model="toy", layers=args.layers, dim=args.dim, batch=8, steps=args.steps)
     counting = demo.CountingPass()
     base = demo.compile_variant("unbucketed", counting, dargs, rank, world, group, "cpu")
     variants = (

@@ -3,8 +3,9 @@
     python -m bucketing.demo                      # 2 gloo ranks on this machine
     torchrun --nproc-per-node 4 -m bucketing.demo # any launcher with env:// rendezvous
 
-Compiles one forward + backward step twice, without and with `BucketingPass`,
-and prints the collectives per kind before and after, the bucket plan, whether
+Compiles one forward + backward step of torch's test Transformer, sharded
+SimpleFSDP-style (bf16 Linear weights beside f32 embeddings and norms),
+twice, without and with `BucketingPass`, and prints the collectives per kind before and after, the bucket plan, whether
 losses and gradients are bit-identical, and the median step times.
 """
 
@@ -32,6 +33,7 @@ from .policy import estimate_peak_bytes
 from .toy_fsdp import ShardedMLP, loss_fn
 
 KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+TRANSFORMER = "transformer-bf16-f32"  # conformance.models.family
 
 
 def count_collectives(graph) -> dict[str, int]:
@@ -114,30 +116,55 @@ class Variant:
         return statistics.median(self.times)
 
 
+def _workload(args, rank: int, world: int, group, device: str):
+    """(model, loss function, its arguments) of the step the demo compiles."""
+    if args.model == "toy":
+        model = ShardedMLP(args.layers, args.dim, world, rank).to(device)
+        gen = torch.Generator().manual_seed(100 + rank)
+        x = torch.randn(args.batch, args.dim, generator=gen).to(device)
+        return model, loss_fn, (model, x, group)
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from conformance.models import family
+
+    spec = family.get(TRANSFORMER)
+    model = spec.build(DeviceMesh(device, list(range(world))), device)
+    tokens, targets = spec.batch(rank, device)
+
+    def transformer_loss(model, tokens, targets):
+        with spec.autocast(device):
+            out = model(tokens)
+        return spec.loss(out, targets)
+
+    return model, transformer_loss, (model, tokens, targets)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
 def compile_variant(name, custom_pass, args, rank, world, group, device) -> Variant:
     """Compile forward + backward with `custom_pass` and run the first step.
 
     Each variant compiles its own copy of the loss function (dynamo caches per
     code object), so variants can be timed side by side afterwards.
     """
-    model = ShardedMLP(args.layers, args.dim, world, rank).to(device)
-    gen = torch.Generator().manual_seed(100 + rank)
-    x = torch.randn(args.batch, args.dim, generator=gen).to(device)
-    fn = fresh_copy(loss_fn, name)
+    model, loss_of, inputs = _workload(args, rank, world, group, device)
+    fn = fresh_copy(loss_of, name)
     say(rank, f"[{name}] compiling forward + backward ...")
     start = time.perf_counter()
     with torch._inductor.config.patch(post_grad_custom_post_pass=custom_pass):
         compiled = torch.compile(fn)
-        loss = compiled(model, x, group)
+        loss = compiled(*inputs)
         loss.backward()
     compile_s = time.perf_counter() - start
     say(rank, f"[{name}] compiled and ran the first step in {compile_s:.1f}s")
 
     def step() -> None:
         model.zero_grad(set_to_none=True)
-        compiled(model, x, group).backward()
+        compiled(*inputs).backward()
 
-    grads = [p.grad.detach().clone() for p in model.parameters()]
+    grads = [_local(p.grad).detach().clone() for p in model.parameters()]
     return Variant(name, loss.detach().clone(), grads, compile_s, step)
 
 
@@ -192,8 +219,9 @@ def main_worker(rank: int, world: int, args, init_method: str | None):
     rank, world = dist.get_rank(), dist.get_world_size()
     group = dist.group.WORLD
     torch._inductor.config.fx_graph_cache = False  # the counting passes must run
-    say(rank, f"bucketing demo: {world} ranks ({backend}, {device}), {args.layers} layers, dim {args.dim}, "
-              f"torch {torch.__version__}")
+    what = (f"toy MLP, {args.layers} layers, dim {args.dim}" if args.model == "toy"
+            else "torch's test Transformer, SimpleFSDP-style (bf16 Linear, f32 Embedding/LayerNorm, autocast bf16)")
+    say(rank, f"bucketing demo: {world} ranks ({backend}, {device}), {what}, torch {torch.__version__}")
 
     counting = CountingPass()
     base = compile_variant("unbucketed", counting, args, rank, world, group, device)
@@ -249,9 +277,12 @@ def _spawned(rank, world, args, init_method):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m bucketing.demo", description=__doc__.split("\n")[0])
     p.add_argument("--world-size", type=int, default=2, help="ranks to spawn here (ignored under torchrun)")
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--model", choices=("transformer", "toy"), default="transformer",
+                   help="transformer (default): torch's test Transformer sharded SimpleFSDP-style; "
+                        "toy: a hand-sharded MLP sized by --layers/--dim/--batch")
+    p.add_argument("--layers", type=int, default=4, help="toy model only")
+    p.add_argument("--dim", type=int, default=64, help="toy model only")
+    p.add_argument("--batch", type=int, default=8, help="toy model only")
     p.add_argument("--steps", type=int, default=10, help="timed steps after the first")
     p.add_argument("--bucket-cap-mb", type=float, default=None)
     p.add_argument("--no-multidtype", action="store_true", help="one all-gather bucket per dtype")
