@@ -1,7 +1,10 @@
-"""Sessions: tests (default, CPU), conformance, fuzz, lint, gpu_tests, demo, bench.
+"""Sessions: tests (default, CPU, once per supported torch release), conformance, fuzz,
+lint, gpu_tests, demo, bench.
 
 torch is installed explicitly and pinned: a bare `torch` would pull a CUDA
-build of several GB. Override with BUCKETING_TORCH, e.g. BUCKETING_TORCH="torch==2.11.0".
+build of several GB. `tests` runs on every supported release (`nox -s
+"tests(torch='2.11.0')"` picks one); the other sessions use BUCKETING_TORCH,
+e.g. BUCKETING_TORCH="torch==2.11.0".
 """
 
 from __future__ import annotations
@@ -14,18 +17,23 @@ nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 TORCH = os.environ.get("BUCKETING_TORCH", "torch==2.13.0")
+# The supported releases: 2.13 (CI's CPU build) and 2.11 (the GPU machines'; on
+# PyPI a CUDA build of ~4.7 GB, which runs on CPU).
+TORCH_RELEASES = ["2.13.0", "2.11.0"]
 RANK_ENV = {"OMP_NUM_THREADS": "1"}  # 2 cores: oversubscribed OpenMP spins ruin timings
 
 
-def _install(session: nox.Session, extras: str = "test") -> None:
-    session.install(TORCH)
+def _install(session: nox.Session, extras: str = "test", torch_spec: str = TORCH) -> None:
+    session.install(torch_spec)
     session.install("-e", f".[{extras}]")
 
 
 @nox.session
-def tests(session: nox.Session) -> None:
-    """Unit tests, the FX-level conformance catalog, the Inductor subset and codegen checks (CPU, gloo)."""
-    _install(session)
+@nox.parametrize("torch", TORCH_RELEASES)
+def tests(session: nox.Session, torch: str) -> None:
+    """Unit tests, the FX-level conformance catalog, the model family, the Inductor subset and
+    codegen checks (CPU, gloo), on one torch release."""
+    _install(session, torch_spec=f"torch=={torch}")
     session.run(
         "pytest", "-n", "2", "-m", "not slow and not gpu", "--durations=15", *session.posargs, env=RANK_ENV
     )

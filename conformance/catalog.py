@@ -134,6 +134,9 @@ def _cases() -> list[Case]:
              {"all_gather": 1}))
     add(Case("ag-slice-input", (ag(bf16, 5, slice_input=True), ag(f32, 3, 2, slice_input=True), ag(i16, 7, slice_input=True)),
              {"all_gather": 1}))
+    # Members as fused views (copy_out="views"): a bool member comes back from its bytes.
+    add(Case("ag-views-bool", (ag(bf16, 5), ag(b, 3), ag(f32, 7, 2), ag(b, 11)), {"all_gather": 1},
+             {"copy_out": "views"}))
     add(Case("ag-cast-of-slice", (ag(bf16, 5, cast_from=f32, slice_input=True), ag(f32, 6)), {"all_gather": 1}))
 
     # Reductions: every op gloo supports, every reduction dtype.

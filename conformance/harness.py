@@ -179,6 +179,7 @@ def run_inductor_case(ctx, case_id: str, adapter_spec: str) -> dict:
     return {
         "vs_eager": first_difference(eager, bucketed),
         "vs_compiled": first_difference(plain, bucketed),
+        "compiled_vs_eager": first_difference(eager, plain),
         "plan": _plan_text(getattr(custom, "last_plan", None)),
         "code": code,
     }

@@ -13,6 +13,8 @@ import zlib
 
 import torch
 
+from .releases import COLLECTIVES_TAKE_STRIDED_INPUTS
+
 c10d = torch.ops._c10d_functional
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -92,6 +94,8 @@ def build(steps: tuple[Step, ...], groups: dict):
             group_name, size = group_info(groups, step.group)
             if step.slice_input:
                 x = x[::2]
+                if not COLLECTIVES_TAKE_STRIDED_INPUTS:
+                    x = x.contiguous()
             if step.cast_from is not None:
                 x = x.to(step.dtype)
             if step.depends_on is not None:
