@@ -67,3 +67,12 @@ def rank_pools(conformance_device):
     pools = PoolSet(conformance_device)
     yield pools
     pools.close()
+
+
+def inductor_case(adapter, case_id: str, request) -> None:
+    """Skip where the adapter has no Inductor form; mark its expected failure for `case_id`."""
+    if adapter.inductor_pass is None:
+        pytest.skip(f"adapter {adapter.name} has no Inductor form")
+    reason = adapter.xfail_reason(case_id)
+    if reason:
+        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))

@@ -6,17 +6,14 @@ from __future__ import annotations
 import pytest
 
 from conformance.adapters import BUCKETING
+from conformance.plugin import inductor_case
 from conformance.pool import raise_on_failure
 
 
 @pytest.mark.inductor
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_fsdp_forward_backward(world_size, bucketing_adapter, rank_pools, request):
-    if bucketing_adapter.inductor_pass is None:
-        pytest.skip(f"adapter {bucketing_adapter.name} has no Inductor form")
-    reason = bucketing_adapter.xfail_reason(f"fsdp-autograd-w{world_size}")
-    if reason:
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
+    inductor_case(bucketing_adapter, f"fsdp-autograd-w{world_size}", request)
     results = raise_on_failure(
         rank_pools.get(world_size).run("conformance.harness:run_fsdp_autograd", timeout_s=600,
                                        adapter_spec=request.config.getoption("--bucketing-pass")),
@@ -39,11 +36,7 @@ def test_fsdp_forward_backward(world_size, bucketing_adapter, rank_pools, reques
 def test_fsdp_layered_buckets_prefetch_and_stay_bit_identical(bucketing_adapter, rank_pools, request):
     """Buckets that follow layers (no compute allowed inside one bucket), each
     issued one bucket ahead: the reordered forward and backward still match."""
-    if bucketing_adapter.inductor_pass is None:
-        pytest.skip(f"adapter {bucketing_adapter.name} has no Inductor form")
-    reason = bucketing_adapter.xfail_reason("fsdp-autograd-layered-w2")
-    if reason:
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
+    inductor_case(bucketing_adapter, "fsdp-autograd-layered-w2", request)
     layers = 3
     results = raise_on_failure(
         rank_pools.get(2).run("conformance.harness:run_fsdp_autograd", timeout_s=600,

@@ -13,6 +13,7 @@ import pytest
 
 from conformance import catalog
 from conformance.adapters import BUCKETING
+from conformance.plugin import inductor_case
 from conformance.pool import raise_on_failure
 
 # Every dtype gloo can move, in a bucket beside bf16, compiled and run: the
@@ -43,11 +44,7 @@ CALLS = {
 @pytest.mark.inductor
 @pytest.mark.parametrize("case_id", INDUCTOR_CASES)
 def test_inductor_case(case_id, bucketing_adapter, rank_pools, request):
-    if bucketing_adapter.inductor_pass is None:
-        pytest.skip(f"adapter {bucketing_adapter.name} has no Inductor form")
-    reason = bucketing_adapter.xfail_reason(case_id)
-    if reason:
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
+    inductor_case(bucketing_adapter, case_id, request)
     case, world = catalog.get(case_id)
     results = raise_on_failure(
         rank_pools.get(world).run(

@@ -15,6 +15,7 @@ import pytest
 
 from conformance.adapters import BUCKETING
 from conformance.models import family
+from conformance.plugin import inductor_case
 from conformance.pool import raise_on_failure
 
 STEPS = 3
@@ -24,11 +25,7 @@ STEPS = 3
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("model_id", sorted(family.MODELS))
 def test_model_trains_bit_identically(model_id, world_size, bucketing_adapter, rank_pools, request):
-    if bucketing_adapter.inductor_pass is None:
-        pytest.skip(f"adapter {bucketing_adapter.name} has no Inductor form")
-    reason = bucketing_adapter.xfail_reason(f"model:{model_id}-w{world_size}")
-    if reason:
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
+    inductor_case(bucketing_adapter, f"model:{model_id}-w{world_size}", request)
     results = raise_on_failure(
         rank_pools.get(world_size).run(
             "conformance.models.training:run_model_case", timeout_s=900, model_id=model_id,
