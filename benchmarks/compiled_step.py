@@ -1,5 +1,4 @@
-"""Compiled-step benchmark on gloo ranks: unbucketed, torch's pass, ours (copy-out
-op, and fused views), and the limit.
+"""Compiled-step benchmark on gloo ranks: unbucketed, torch's pass, ours, and the limit.
 
 The limit is one pre-packed all-gather (or reduce-scatter) of the same bytes
 followed by the same doubling of every member: what a perfect bucketing could
@@ -91,8 +90,11 @@ def _peak_bytes(fn, inputs) -> int:
     return peak
 
 
-def bench_step(ctx, kind: str, n: int, steps: int = 30) -> list[dict]:
-    """Rank task: every variant for one (kind, n); returns rows (rank 0's are reported)."""
+def bench_step(ctx, kind: str, n: int, steps: int = 30, copy_out: str = "copy") -> list[dict]:
+    """Rank task: every variant for one (kind, n); returns rows (rank 0's are reported).
+
+    `copy_out` is our pass's option: "copy" (default) or "views" (fused views).
+    """
     import bucketing.core as bc
     from conformance.adapters import _TorchInductorPass
 
@@ -104,9 +106,7 @@ def bench_step(ctx, kind: str, n: int, steps: int = 30) -> list[dict]:
     variants = [
         ("unbucketed", program, xs, None),
         ("torch", program, xs, _TorchInductorPass(multidtype=True, collectives=(kind,))),
-        ("ours", program, xs, bc.BucketingPass()),
-        # The same buckets with members as fused views: what the copy-out op costs and gains.
-        ("ours (views)", program, xs, bc.BucketingPass(copy_out="views")),
+        ("ours", program, xs, bc.BucketingPass(copy_out=copy_out)),
         ("limit", limit_prog, limit_inputs, None),
     ]
     compiled_variants = []

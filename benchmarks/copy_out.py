@@ -3,10 +3,10 @@
     python -m benchmarks.copy_out [--runs 3] [--sizes 64 256]
 
 Each run compiles and times every variant side by side (benchmarks.compiled_step)
-for a 2-rank all-gather step of N members; this prints each run's ratios and
-their medians: step time ours/limit and ours/torch, ours/views (the same
-buckets with fused views), compile time over the unbucketed compile, and
-peak bytes over unbucketed plus one bucket.
+for a 2-rank all-gather step of N members, once with the copy-out op and once
+with fused views (copy_out="views"); this prints each run's ratios and their
+medians: step time ours/limit and ours/torch, compile time over the
+unbucketed compile, and peak bytes over unbucketed plus one bucket.
 """
 
 from __future__ import annotations
@@ -24,10 +24,8 @@ def ratios(rows: list[dict], n: int) -> dict[str, float]:
     return {
         "ours/limit": ours["median_ms"] / by["limit"]["median_ms"],
         "ours/torch": ours["median_ms"] / by["torch"]["median_ms"],
-        "ours/views": ours["median_ms"] / by["ours (views)"]["median_ms"],
         "compile ours/unbucketed": ours["compile_s"] / base["compile_s"],
-        "compile views/unbucketed": by["ours (views)"]["compile_s"] / base["compile_s"],
-        "peak - (unbucketed + bucket) bytes": ours["peak_bytes"] - (base["peak_bytes"] + bucket_bytes),
+        "peak over unbucketed + bucket (B)": ours["peak_bytes"] - (base["peak_bytes"] + bucket_bytes),
         "bit-identical": float(all(r["identical"] for r in by.values() if r["identical"] is not None)),
     }
 
@@ -37,19 +35,21 @@ def main(argv=None) -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--sizes", type=int, nargs="+", default=[64, 256])
     args = p.parse_args(argv)
-    per_size: dict[int, list[dict]] = {n: [] for n in args.sizes}
+    per: dict[tuple, list[dict]] = {}
     for run in range(args.runs):
-        rows = run_steps([(2, "all_gather", n) for n in args.sizes])
-        for n in args.sizes:
-            r = ratios(rows, n)
-            per_size[n].append(r)
-            print(f"run {run + 1} N={n}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()), flush=True)
-    print()
-    print(f"| N | {' | '.join(per_size[args.sizes[0]][0])} |")
-    print("|" + " --- |" * (len(per_size[args.sizes[0]][0]) + 1))
-    for n, runs in per_size.items():
-        medians = [statistics.median(r[k] for r in runs) for k in runs[0]]
-        print(f"| {n} | " + " | ".join(f"{m:.2f}" for m in medians) + " |")
+        for copy_out in ("copy", "views"):
+            rows = run_steps([(2, "all_gather", n) for n in args.sizes], copy_out=copy_out)
+            for n in args.sizes:
+                r = ratios(rows, n)
+                per.setdefault((n, copy_out), []).append(r)
+                print(f"run {run + 1} N={n} copy_out={copy_out}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()),
+                      flush=True)
+    names = list(next(iter(per.values()))[0])
+    print(f"\nmedians of {args.runs} runs\n\n| N | copy_out | {' | '.join(names)} |")
+    print("|" + " --- |" * (len(names) + 2))
+    for (n, copy_out), runs in sorted(per.items()):
+        medians = [statistics.median(r[k] for r in runs) for k in names]
+        print(f"| {n} | {copy_out} | " + " | ".join(f"{m:.2f}" for m in medians) + " |")
 
 
 if __name__ == "__main__":
