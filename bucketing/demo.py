@@ -5,8 +5,9 @@
 
 Compiles one forward + backward step of torch's test Transformer, sharded
 SimpleFSDP-style (bf16 Linear weights beside f32 embeddings and norms),
-twice, without and with `BucketingPass`, and prints the collectives per kind before and after, the bucket plan, whether
-losses and gradients are bit-identical, and the median step times.
+twice, without and with `BucketingPass`, and prints the collectives per kind
+before and after, the bucket plan, whether losses and gradients are
+bit-identical, and the median step times.
 """
 
 from __future__ import annotations
@@ -139,10 +140,6 @@ def _workload(args, rank: int, world: int, group, device: str):
     return model, transformer_loss, (model, tokens, targets)
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if hasattr(t, "to_local") else t
-
-
 def compile_variant(name, custom_pass, args, rank, world, group, device) -> Variant:
     """Compile forward + backward with `custom_pass` and run the first step.
 
@@ -164,7 +161,9 @@ def compile_variant(name, custom_pass, args, rank, world, group, device) -> Vari
         model.zero_grad(set_to_none=True)
         compiled(*inputs).backward()
 
-    grads = [_local(p.grad).detach().clone() for p in model.parameters()]
+    from conformance.models.simple_fsdp import local_tensor
+
+    grads = [local_tensor(p.grad).detach().clone() for p in model.parameters()]
     return Variant(name, loss.detach().clone(), grads, compile_s, step)
 
 

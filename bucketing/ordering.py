@@ -3,8 +3,9 @@
 A stable topological sort (Kahn's algorithm, ready nodes taken by priority):
 original nodes keep their old position as priority; a bucket's issue nodes
 take the position policy.issue_positions chooses (once the last member input
-exists, and not before the previous bucket is waited on) and go before
-everything else there; wait and copy-out nodes take their first user's
+exists, and not before the previous bucket is waited on) and go after the
+previous bucket's wait and copy-out placed there, before the original node at
+that position; wait and copy-out nodes take their first user's
 position, so they run just before it. Nodes with side effects stay in their segment: everything
 before a barrier stays before it and everything after stays after it. Seeded
 random nodes keep their order among themselves (planning made sure it can).

@@ -23,6 +23,11 @@ def _property(name: str) -> property:
     return property(lambda self: _replicate(self._parameters[name]))
 
 
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The rank's shard of a sharded parameter or gradient (a plain tensor as is)."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
 def simple_fsdp(model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
     """Shard every parameter of `model` in place along dim 0 over `mesh`; returns `model`."""
     for module in list(model.modules()):

@@ -15,8 +15,9 @@ import torch._dynamo
 from torch.distributed.device_mesh import DeviceMesh
 
 from .. import adapters
-from ..harness import count_collectives, first_difference
+from ..harness import _plan_text, count_collectives, first_difference
 from . import family
+from .simple_fsdp import local_tensor
 
 
 class _Recorder:
@@ -43,12 +44,6 @@ class _Recorder:
         return None  # never cached: every compile must run the recorder
 
 
-def _plan_text(plan) -> str:
-    from ..harness import _plan_text as text
-
-    return text(plan)
-
-
 def train(spec: family.ModelSpec, mesh: DeviceMesh, rank: int, device: str, custom_pass, steps: int):
     """(losses, gradients of the first step, parameters after `steps`, recorder)."""
     torch._dynamo.reset()
@@ -70,15 +65,11 @@ def train(spec: family.ModelSpec, mesh: DeviceMesh, rank: int, device: str, cust
             loss = spec.loss(out, targets)
             loss.backward()
             if first_grads is None:
-                first_grads = [_local(p.grad).clone() for p in model.parameters()]
+                first_grads = [local_tensor(p.grad).clone() for p in model.parameters()]
             optim.step()
             losses.append(loss.detach().clone())
-    params = [_local(p).detach().clone() for p in model.parameters()]
+    params = [local_tensor(p).detach().clone() for p in model.parameters()]
     return losses, first_grads, params, recorder
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def run_model_case(ctx, model_id: str, adapter_spec: str, variants: dict, steps: int = 3) -> dict:
