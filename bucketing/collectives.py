@@ -8,10 +8,11 @@ given by name. Anything else is reported with the reason it is left alone.
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import torch
 import torch.fx as fx
+
+from . import modules
 
 c10d = torch.ops._c10d_functional
 aten = torch.ops.aten
@@ -41,9 +42,8 @@ class Collective:
     # When a single-use cast feeds an all-gather, the copy-in reads `cast_source`
     # and converts on the way; the cast node then dies.
     cast_source: fx.Node | None = None
-    # The repeated module (a transformer block, "layers.3") the collective
-    # belongs to, from the graph's module stack; None outside any.
-    block: str | None = None
+    # (FQN, class name) of the modules around it, outermost first (modules.py).
+    module_stack: tuple[tuple[str, str], ...] = ()
 
     @property
     def numel(self) -> int:
@@ -60,27 +60,6 @@ class Collective:
 class Skipped:
     node_name: str
     reason: str
-
-
-# The first indexed component of a module path: "layers.3", "layers[3]", "_modules['3']".
-_INDEXED = re.compile(r"""(?:\.|\[['"]?)(\d+)(?:['"]?\])?(?=\.|\[|$)""")
-
-
-def module_block(node: fx.Node) -> str | None:
-    """The path of the outermost indexed module (a ModuleList entry) around `node`.
-
-    Forward nodes carry `nn_module_stack`, backward nodes `fwd_nn_module_stack`
-    (the forward module they differentiate); the innermost entry's path names
-    every enclosing module. A node outside any indexed module has no block.
-    """
-    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
-    if not stack:
-        return None
-    path = next(reversed(stack.values()))[0]
-    if not isinstance(path, str):
-        return None
-    match = _INDEXED.search(path)
-    return path[: match.end()] if match else None
 
 
 def _static_shape(val) -> tuple[int, ...] | None:
@@ -204,6 +183,6 @@ def _describe(node: fx.Node, kind: str, fuse_casts: bool) -> tuple[Collective | 
         shape=shape,
         nbytes=nbytes,
         cast_source=cast_source,
-        block=module_block(node),
+        module_stack=modules.module_stack(node),
     )
     return record, ""

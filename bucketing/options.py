@@ -14,8 +14,10 @@ import os
 from collections.abc import Callable
 from typing import Union
 
+from . import modules
+
 COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
-POLICIES = ("locality", "merge_all")
+POLICIES = ("module", "locality", "merge_all")
 COPY_OUTS = ("copy", "views")
 
 # torch's own default cap is 2000 MB; we keep the same "merge generously" default.
@@ -42,11 +44,22 @@ class BucketingOptions:
     # merged buffer that Inductor fuses into consumers (no copy), which may
     # change a consumer's kernel and its summation order: NOT bit-identical.
     copy_out: str = "copy"
-    # "locality" (default): merge up to the caps, but keep each bucket within
+    # "module" (default): one bucket per block (module.py: the outermost
+    # indexed module, or one of `block_classes`) read from the graph's module
+    # metadata; collectives outside any block follow the locality rule.
+    # "locality": merge up to the caps, but keep each bucket within
     # `locality_flops` of compute, keep its overlap window open, and split
     # buckets that would raise the estimated peak memory by more than
     # `memory_budget_mb` (see policy.py). "merge_all": the caps alone.
-    policy: str = "locality"
+    policy: str = "module"
+    # Module classes whose instances are the blocks of policy="module"
+    # (e.g. ("TransformerBlock",)); None: the outermost indexed module.
+    block_classes: tuple[str, ...] | None = None
+    # Buckets by module, in the format of torch's `module_bucket_plans`: a list
+    # whose entries are a module FQN or a list of FQNs. The collectives of one
+    # entry merge per key whatever the policy (the caps still apply); the rest
+    # follow the policy.
+    module_buckets: tuple[tuple[str, ...], ...] | None = None
     # Estimated FLOPs of matmul/convolution/attention one bucket may span
     # (between its members' first uses, or their inputs' producers for
     # reductions). None: what one collective's latency is worth on the graph's
@@ -80,6 +93,8 @@ class BucketingOptions:
             raise ValueError(f"copy_out must be one of {COPY_OUTS}, got {self.copy_out!r}")
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
+        object.__setattr__(self, "module_buckets", modules.check_module_buckets(self.module_buckets))
+        object.__setattr__(self, "block_classes", modules.check_block_classes(self.block_classes))
         _check_optional_number("locality_flops", self.locality_flops)
         _check_optional_number("memory_budget_mb", self.memory_budget_mb)
         if not isinstance(self.verify_plan_across_ranks, bool):
@@ -125,6 +140,8 @@ class BucketingOptions:
             self.locality_flops,
             self.memory_budget_mb,
             self.copy_out,
+            self.block_classes,
+            self.module_buckets,
         )
         return repr(fields)
 

@@ -18,10 +18,12 @@ waiting a collective never touches the random state. They only keep their
 order among themselves, so each one counts as depending on everything the
 previous one depends on.
 
-Under the locality policy a bucket holds one block (a repeated module such as
-a transformer layer, read from the graph's module stack): the unit sharded
-training gathers and frees, whatever compute lies inside it. Collectives
-outside any block follow the compute window (policy.py).
+Each collective may belong to a module unit (modules.py): an entry of the
+user's `module_buckets`, or under the module policy a block (a repeated
+module such as a transformer layer): the unit sharded training gathers and
+frees. A bucket holds one unit, whatever compute lies inside it; collectives
+outside any unit follow the compute window (policy.py), or under merge_all
+the caps alone.
 
 Every collective that ends alone in its bucket gets the reason, so the plan
 can list it.
@@ -35,7 +37,7 @@ from collections import defaultdict
 import torch
 import torch.fx as fx
 
-from . import policy
+from . import modules, policy
 from .collectives import Collective, Skipped
 from .options import BucketingOptions
 
@@ -57,11 +59,15 @@ class Bucket:
     span: policy.Span | None = None  # what the locality policy tracks
     # Why no other collective joined (set while planning; read when it stays alone).
     alone_reason: str = ""
+    module: str | None = None  # the module unit it holds (a block or a module_buckets entry)
+    explicit: bool = False  # a module_buckets entry: the memory split leaves it whole
+
 
     def part(self, members: list[Collective], alone_reason: str = "") -> Bucket:
         """A bucket of some of these members (a split keeps key, index and cap)."""
         return Bucket(self.index, self.kind, self.key, self.cap_bytes, list(members),
-                      sum(m.nbytes for m in members), alone_reason=alone_reason)
+                      sum(m.nbytes for m in members), alone_reason=alone_reason,
+                      module=self.module, explicit=self.explicit)
 
     @property
     def group_name(self) -> str:
@@ -97,6 +103,20 @@ def is_seeded(node: fx.Node) -> bool:
             and torch.Tag.nondeterministic_seeded in target.tags)
 
 
+def module_unit(c: Collective, options: BucketingOptions) -> tuple[str | None, bool]:
+    """(the module unit `c` belongs to or None, whether the user's module_buckets named it)."""
+    plan = options.module_buckets
+    if plan:
+        entry = modules.plan_entry(c.module_stack, plan)
+        if entry is not None:
+            return modules.entry_label(plan[entry]), True
+    if options.policy != "module":
+        return None, False
+    if options.block_classes:
+        return modules.class_block(c.module_stack, options.block_classes), False
+    return modules.auto_block(c.module_stack), False
+
+
 def plan_buckets(
     graph: fx.Graph, collectives: list[Collective], options: BucketingOptions
 ) -> tuple[list[Bucket], list[Skipped], dict[fx.Node, policy.When], policy.Timeline]:
@@ -108,7 +128,8 @@ def plan_buckets(
     by_node = {c.node: c for c in collectives}
     timeline = policy.Timeline(graph)
     whens = {c.node: policy.when(c, timeline) for c in collectives}
-    locality = options.policy == "locality"
+    windowed = options.policy != "merge_all"  # the compute window applies outside module units
+    units = {c.node: module_unit(c, options) for c in collectives}
     window = options.locality_flops
     if window is None:
         device = collectives[0].node.meta["val"].device.type if collectives else "cpu"
@@ -120,7 +141,7 @@ def plan_buckets(
     # few, so interleaved stretches (a layer's bias used after its matmul,
     # beside the next layer's weights) each find their own bucket.
     open_by_key: dict[tuple, list[int]] = defaultdict(list)
-    max_open = MAX_OPEN_PER_KEY if locality else 1
+    max_open = MAX_OPEN_PER_KEY if windowed else 1
     next_index: dict[str, int] = defaultdict(int)
     masks: dict[fx.Node, int] = {}
     barrier_mask = 0  # what every node after the last barrier depends on
@@ -146,14 +167,13 @@ def plan_buckets(
             return f"the open bucket is full ({bucket.nbytes} + {c.nbytes} bytes > cap {bucket.cap_bytes:.0f})"
         if options.max_bucket_count is not None and len(bucket.members) >= options.max_bucket_count:
             return f"the open bucket already holds max_bucket_count={options.max_bucket_count} members"
-        if locality and c.block is None:
+        if windowed and bucket.module is None:
             return policy.refusal(bucket.span, w, timeline, window)
         return None
 
     def assign(c: Collective, mask: int) -> int | None:
-        key = bucket_key(c, options.multidtype)
-        if locality:
-            key = (*key, c.block)
+        unit, explicit = units[c.node]
+        key = (*bucket_key(c, options.multidtype), unit, explicit)
         w = whens[c.node]
         bids = open_by_key[key]
         why = None
@@ -176,7 +196,8 @@ def plan_buckets(
             return None
         next_index[c.kind] += 1
         bid = len(buckets)
-        buckets.append(Bucket(index, c.kind, key, cap, [c], c.nbytes, policy.Span.of(w), why or ""))
+        buckets.append(Bucket(index, c.kind, key, cap, [c], c.nbytes, policy.Span.of(w), why or "",
+                              unit, explicit))
         bids.append(bid)
         del bids[:-max_open]
         close_dependencies(mask, bid, c.node.name)
@@ -201,12 +222,12 @@ def plan_buckets(
         everything |= mask
         masks[node] = mask
 
-    if locality and any(len(b.members) > 1 for b in buckets):
+    if windowed and any(len(b.members) > 1 and not b.explicit for b in buckets):
         budget = options.memory_budget_mb
         budget_bytes = max(b.cap_bytes for b in buckets) if budget is None else budget * MB
         # Merging adds at most four times the merged bytes (inputs and results
         # held longer, one packed copy); skip the sweep when even that fits.
-        merged_bytes = sum(b.nbytes for b in buckets if len(b.members) > 1)
+        merged_bytes = sum(b.nbytes for b in buckets if len(b.members) > 1 and not b.explicit)
         if 4 * merged_bytes > budget_bytes:
             buckets = policy.split_for_memory(buckets, whens, policy.live_bytes(graph), budget_bytes,
                                               options.copy_out == "views")
@@ -220,7 +241,7 @@ def alone(buckets: list[Bucket]) -> list[Skipped]:
     for b in buckets:
         if len(b.members) == 1:
             c = b.members[0]
-            block = f" in block {c.block}" if c.block else ""
+            block = f" in module {b.module}" if b.module else ""
             why = b.alone_reason or f"no other collective of its key ({c.kind}, group, op, dtype){block} came to join it"
             out.append(Skipped(c.node.name, why))
     return out

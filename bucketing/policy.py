@@ -219,7 +219,7 @@ def split_for_memory(buckets: list, whens: dict, base_live: list[int], budget: f
         extra = [0] * size
         per_bucket = {}
         for b in buckets:
-            if len(b.members) < 2:
+            if len(b.members) < 2 or b.explicit:  # the user's module_buckets entries stay whole
                 continue
             per_bucket[id(b)] = intervals = bucket_extra_intervals(b, whens, issue[id(b)], views)
             for start, end, nbytes in intervals:

@@ -34,6 +34,7 @@ class BucketReport:
     overlap_nodes: int = 0  # nodes between issue and first use
     overlap_flops: float = 0.0  # estimated compute between issue and first use
     extra_peak_bytes: int = 0  # estimated rise of live bytes this bucket causes at worst
+    module: str | None = None  # the module unit it holds: a block, or a module_buckets entry
 
     @property
     def bytes(self) -> int:
@@ -54,8 +55,9 @@ class BucketReport:
 
     def line(self) -> str:
         op = f" {self.reduce_op}" if self.reduce_op else ""
+        module = f" module={self.module}" if self.module else ""
         return (
-            f"{self.kind}[{self.index}] group={self.group}{op} members={len(self.members)} "
+            f"{self.kind}[{self.index}] group={self.group}{op}{module} members={len(self.members)} "
             f"dtypes={','.join(self.dtypes)} bytes={self.nbytes} padding={self.padding_bytes} "
             f"-> {self.collective}"
         )
@@ -106,6 +108,7 @@ def describe(emitted, whens, timeline, issued_at: int, views: bool = False) -> B
         overlap_nodes=max(0, first_use - issued_at),
         overlap_flops=timeline.flops_between(issued_at, first_use),
         extra_peak_bytes=policy.peak_of(policy.bucket_extra_intervals(bucket, whens, issued_at, views)),
+        module=bucket.module,
     )
 
 

@@ -28,8 +28,18 @@ class ModelSpec:
     autocast_dtype: torch.dtype | None = None
     description: str = ""
     # Collectives a user expects per graph (forward all-gathers, backward
-    # reduce-scatters): unbucketed, then per named variant of VARIANTS.
+    # reduce-scatters): unbucketed, then per named variant.
     expect: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    # A module_buckets plan for this model (torch's module_bucket_plans format),
+    # run as the variant "module_buckets" and by torch's manual bucketer.
+    module_plan: list | None = None
+
+    def variants(self) -> dict[str, dict]:
+        """Pass options per variant, each compared with the unbucketed run."""
+        out = dict(VARIANTS)
+        if self.module_plan is not None:
+            out["module_buckets"] = {"module_buckets": self.module_plan}
+        return out
 
     def build(self, mesh, device: str) -> torch.nn.Module:
         torch.manual_seed(0)  # the same full weights on every rank; each keeps its shard
@@ -75,6 +85,34 @@ def _mse(out, target):
     return F.mse_loss(out, target)
 
 
+class _Block(torch.nn.Module):
+    """A bf16 weight and an f32 bias, each all-gathered where it is used."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(dim, dim, dtype=torch.bfloat16) / dim**0.5)
+        self.bias = torch.nn.Parameter(torch.randn(dim) / 10)
+
+    def forward(self, x):
+        return x + torch.tanh(F.linear(x.to(torch.bfloat16), self.weight).float() + self.bias)
+
+
+class Blocks(torch.nn.Module):
+    def __init__(self, n_layers: int = 4, dim: int = 32):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_Block(dim) for _ in range(n_layers))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def _blocks_batch(rank: int, device: str) -> tuple:
+    gen = torch.Generator().manual_seed(3000 + rank)
+    return torch.randn(8, 32, generator=gen).to(device), torch.randn(8, 32, generator=gen).to(device)
+
+
 # Pass options per variant, each compared with the unbucketed run.
 VARIANTS = {"default": {}, "merge_all": {"policy": "merge_all"}}
 
@@ -87,10 +125,18 @@ MODELS = {
                   # Default: one all-gather bucket per block, one for the embeddings, one
                   # for the final norm and output; reduce-scatters per block and dtype.
                   # merge_all: across attention, one per dtype for reductions.
-                  {"unbucketed": (29, 29), "default": (4, 7), "merge_all": (1, 2)}),
+                  # module_buckets: the same four units, named by the user.
+                  {"unbucketed": (29, 29), "default": (4, 7), "merge_all": (1, 2), "module_buckets": (4, 7)},
+                  module_plan=[["tok_embeddings", "pos_embeddings"], "layers.0", "layers.1", ["norm", "output"]]),
         ModelSpec("mlp-stacked-f32", lambda: MLPStacked("cpu", n_layers=4), _mlp_batch, _mse, None,
                   "torch's test MLPStacked (4 blocks of Linear 10x16, 16x10) in f32; uneven shards at 4 ranks",
                   {"unbucketed": (16, 16), "default": (4, 4), "merge_all": (1, 1)}),
+        ModelSpec("blocks4-bf16-f32", Blocks, _blocks_batch, _mse, None,
+                  "4 blocks of a bf16 weight and an f32 bias; a user's module plan of 3 entries",
+                  # Default: one all-gather per block, reduce-scatters per block and dtype.
+                  # The plan: 3 all-gathers, 3 reduce-scatter buckets per dtype.
+                  {"unbucketed": (8, 8), "default": (4, 8), "merge_all": (1, 2), "module_buckets": (3, 6)},
+                  module_plan=["layers.0", "layers.1", ["layers.2", "layers.3"]]),
     )
 }
 

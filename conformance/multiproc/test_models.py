@@ -26,10 +26,11 @@ STEPS = 3
 @pytest.mark.parametrize("model_id", sorted(family.MODELS))
 def test_model_trains_bit_identically(model_id, world_size, bucketing_adapter, rank_pools, request):
     inductor_case(bucketing_adapter, f"model:{model_id}-w{world_size}", request)
+    spec = family.get(model_id)
     results = raise_on_failure(
         rank_pools.get(world_size).run(
             "conformance.models.training:run_model_case", timeout_s=900, model_id=model_id,
-            adapter_spec=request.config.getoption("--bucketing-pass"), variants=family.VARIANTS, steps=STEPS,
+            adapter_spec=request.config.getoption("--bucketing-pass"), variants=spec.variants(), steps=STEPS,
         ),
         model_id,
     )
@@ -39,13 +40,12 @@ def test_model_trains_bit_identically(model_id, world_size, bucketing_adapter, r
                 f"{model_id} w{world_size} rank {rank} [{variant}]: {r['diff'][0]} {r['diff'][1]} differs at byte "
                 f"{r['diff'][2]} ({r['diff'][3]})\n" + "\n".join(r["plans"])
             )
-    spec = family.get(model_id)
     first = results[0]
     forward, backward = (c for c in first["unbucketed"]["after"])
     assert (forward["all_gather"], backward["reduce_scatter"]) == spec.expect["unbucketed"]
     if bucketing_adapter.expectations != BUCKETING:
         return
-    for variant in family.VARIANTS:
+    for variant in spec.variants():
         after = first[variant]["after"]
         got = (after[0]["all_gather"], after[1]["reduce_scatter"])
         assert got == spec.expect[variant], f"{model_id} [{variant}]: {got}\n" + "\n".join(first[variant]["plans"])

@@ -1,0 +1,144 @@
+"""Buckets by module: module FQNs read from the graph's metadata, the user's
+`module_buckets` plan (torch's `module_bucket_plans` format), the module policy
+and its `block_classes`."""
+
+import pytest
+import torch
+
+import bucketing.core as bc
+from bucketing import modules
+from bucketing.options import make_options
+
+from .conftest import ag, rs, trace
+
+f32, bf16 = torch.float32, torch.bfloat16
+c10d = torch.ops._c10d_functional
+BLOCKS = 4
+
+
+@pytest.mark.parametrize("path, expected", [
+    ("L['self'].layers.0.attention", "layers.0.attention"),
+    ("L['fn']._modules['layers']['0']._modules['attention']", "layers.0.attention"),
+    ('L["model"].layers[3].mlp', "layers.3.mlp"),
+    ("L['self']._orig_mod.layers.1", "layers.1"),
+    ("self.norm", "norm"),
+    ("L['self']", ""),
+])
+def test_module_paths_read_as_the_fqns_a_user_writes(path, expected):
+    assert modules.fqn(path) == expected
+
+
+@pytest.mark.parametrize("plan, message", [
+    ("layers.0", "module_buckets must be a list"),
+    ([["layers.0", 3]], "module_buckets entry"),
+    ([[]], "module_buckets entry"),
+    ([""], "module_buckets entry"),
+    (["layers.0", ["layers.1", "layers.0"]], "overlapping modules 'layers.0' and 'layers.0'"),
+    (["layers", "layers.1"], "overlapping modules 'layers' and 'layers.1'"),
+])
+def test_bad_module_buckets_fail_at_construction(plan, message):
+    with pytest.raises(ValueError, match=message):
+        bc.BucketingPass(module_buckets=plan)
+
+
+def test_block_classes_are_checked():
+    with pytest.raises(ValueError, match="block_classes"):
+        make_options(block_classes=[""])
+    assert make_options(block_classes="TransformerBlock").block_classes == ("TransformerBlock",)
+
+
+def test_plans_differing_only_in_module_buckets_hash_apart():
+    a = bc.BucketingPass(module_buckets=["layers.0", "layers.1"])
+    b = bc.BucketingPass(module_buckets=[["layers.0", "layers.1"]])
+    assert a.uuid() != b.uuid()
+
+
+def _tag(node, path, cls="Linear", key="nn_module_stack"):
+    node.meta[key] = {path: (path, cls)}
+
+
+def _forward(group_name):
+    """Four blocks, each a bf16 weight and an f32 bias gathered where used, then a head outside them."""
+
+    def f(x, head, *params):
+        for w, b in zip(params[::2], params[1::2]):
+            x = (x.to(bf16) @ ag(w, group_name).t()).float() + ag(b, group_name)
+        return x @ ag(head, group_name).t()
+
+    gm = trace(f, ((2, 8), f32), ((2, 8), f32), *[((2, 8), bf16), ((2,), f32)] * BLOCKS)
+    gathers = [n for n in gm.graph.nodes if n.target is c10d.all_gather_into_tensor.default]
+    for i, node in enumerate(gathers[:-1]):
+        _tag(node, f"L['fn'].layers.{i // 2}.proj")
+    _tag(gathers[-1], "L['fn'].output")
+    return gm
+
+
+def _backward(group_name):
+    """Gradients reduce-scattered per block in reverse (bf16 weight, f32 bias), tagged as backward nodes are."""
+
+    def f(*grads):
+        return tuple(rs(g, group_name) for g in grads)
+
+    gm = trace(f, *[((8, 8), bf16), ((8,), f32)] * BLOCKS)
+    scatters = [n for n in gm.graph.nodes if n.target is c10d.reduce_scatter_tensor.default]
+    for i, node in enumerate(scatters):
+        _tag(node, f"L['fn'].layers.{BLOCKS - 1 - i // 2}.proj", key="fwd_nn_module_stack")
+    return gm
+
+
+PLAN = ["layers.0", "layers.1", ["layers.2", "layers.3"]]
+
+
+def test_module_buckets_make_one_all_gather_per_entry(group_name):
+    plan = bc.bucket_collectives(_forward(group_name), module_buckets=PLAN, policy="merge_all")
+    assert [(b.module, len(b.members), b.dtypes) for b in plan.buckets] == [
+        ("layers.0", 2, ("bfloat16", "float32")),
+        ("layers.1", 2, ("bfloat16", "float32")),
+        ("layers.2+layers.3", 4, ("bfloat16", "float32")),
+    ]
+    # The head sits outside every entry and follows the policy: alone here.
+    assert [s.node_name for s in plan.skipped] == ["all_gather_into_tensor_8"]
+    assert "module=layers.2+layers.3" in bc.explain(plan)
+
+
+def test_module_buckets_hold_whatever_the_compute_window(group_name):
+    # A window of 0 FLOPs splits every matmul apart outside the entries.
+    plan = bc.bucket_collectives(_forward(group_name), module_buckets=PLAN, policy="locality", locality_flops=0)
+    assert [len(b.members) for b in plan.buckets] == [2, 2, 4]
+
+
+def test_backward_reduce_scatters_bucket_per_entry_and_dtype(group_name):
+    plan = bc.bucket_collectives(_backward(group_name), module_buckets=PLAN)
+    got = sorted((b.module, b.dtypes, len(b.members)) for b in plan.buckets)
+    assert got == [("layers.2+layers.3", ("bfloat16",), 2), ("layers.2+layers.3", ("float32",), 2)]
+    # layers.0 and layers.1 hold one gradient per dtype each: left alone, saying so.
+    reasons = {s.node_name: s.reason for s in plan.skipped}
+    assert len(reasons) == 4 and all("in module layers." in r for r in reasons.values()), reasons
+
+
+def test_caps_stay_hard_limits_inside_an_entry(group_name):
+    plan = bc.bucket_collectives(_forward(group_name), module_buckets=[["layers.0", "layers.1"]],
+                                 max_bucket_count=3)
+    assert [len(b.members) for b in plan.buckets if b.module == "layers.0+layers.1"] == [3]
+
+
+def test_module_policy_blocks_by_index_or_by_class(group_name):
+    # Default: the outermost indexed module is the block.
+    plan = bc.bucket_collectives(_forward(group_name), locality_flops=0)
+    assert [(b.module, len(b.members)) for b in plan.buckets] == [(f"layers.{i}", 2) for i in range(BLOCKS)]
+    # By class: every gather below a "Stage" module at layers.0 / layers.2.
+    gm = _forward(group_name)
+    for node in gm.graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if stack:
+            (path, _), = stack.values()
+            i = int(path.split(".")[2]) if ".layers." in path else None
+            if i is not None:
+                stage = f"L['fn'].layers.{i - i % 2}"
+                node.meta["nn_module_stack"] = {stage: (stage, "Stage"), path: (path, "Linear")}
+    plan = bc.bucket_collectives(gm, locality_flops=0, block_classes=("Stage",))
+    assert [(b.module, len(b.members)) for b in plan.buckets] == [("layers.0", 4), ("layers.2", 4)]
+    # The locality policy ignores module metadata: a 0-FLOP window splits every matmul.
+    plan = bc.bucket_collectives(_forward(group_name), policy="locality", locality_flops=0)
+    assert all(b.module is None for b in plan.buckets)
+    assert max((len(b.members) for b in plan.buckets), default=1) <= 2
