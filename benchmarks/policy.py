@@ -1,4 +1,5 @@
-"""Bucketing policy on an FSDP-style model: unbucketed vs merge-all vs the default (locality).
+"""Bucketing policy on an FSDP-style model: unbucketed vs merge-all vs the default (the
+model has no module blocks, so the locality rule decides).
 
     python -m benchmarks.policy [--layers 8] [--dim 1024] [--world-size 2]
 
@@ -32,7 +33,7 @@ def _worker(rank, world, args, init_file, out_file):
     base = demo.compile_variant("unbucketed", counting, dargs, rank, world, group, "cpu")
     variants = (
         ("merge_all", {"policy": "merge_all"}),
-        ("default (locality)", {}),
+        ("default (no module blocks in this model: the locality rule)", {}),
         ("locality, one layer per bucket", {"locality_flops": 0}),
     )
     compiled, passes = [base], [counting]

@@ -285,8 +285,9 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=10, help="timed steps after the first")
     p.add_argument("--bucket-cap-mb", type=float, default=None)
     p.add_argument("--no-multidtype", action="store_true", help="one all-gather bucket per dtype")
-    p.add_argument("--policy", choices=("locality", "merge_all"), default="locality",
-                   help="locality (default): buckets follow where results are needed; merge_all: the cap alone")
+    p.add_argument("--policy", choices=("module", "locality", "merge_all"), default="module",
+                   help="module (default): one bucket per module block, locality outside blocks; "
+                        "locality: buckets follow where results are needed; merge_all: the cap alone")
     p.add_argument("--locality-flops", type=float, default=None,
                    help="compute one bucket may span (default: what one collective's latency is worth)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")

@@ -2,16 +2,21 @@
 
 Select one with `--bucketing-pass=NAME` where NAME is `project` (this
 package's pass), `torch` (torch's built-in bucketing, multi-dtype mode for
-all-gathers), `identity` (a pass that changes nothing, semantics-only), or
+all-gathers), `torch-manual` (torch's `manual_overlap_bucketing`, given the
+`module_buckets` plan of a case; semantics only), `identity` (a pass that changes nothing, semantics-only), or
 `module:object` naming a `PassAdapter`, or a callable `fn(gm, **options)`
 checked in semantics-only mode.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import importlib
+import importlib.util
+import re
+import unittest.mock
 from collections.abc import Callable
 
 import torch.fx as fx
@@ -184,6 +189,66 @@ def _torch() -> PassAdapter:
     )
 
 
+# Dynamo's root (`L['fn']`, `L['self']`) and `_modules['x']` / `['0']` subscripts.
+# The suite keeps its own reading of module paths: it must not depend on the pass it checks.
+_DYNAMO_ROOT = re.compile(r"""^L\[['"][^'"]+['"]\]""")
+_SUBSCRIPT = re.compile(r"""(?:\._modules)?\[['"]?([^'"\]]+)['"]?\]""")
+
+
+def module_fqn(path: str) -> str:
+    """`L['fn']._modules['layers']['0']` -> `layers.0`."""
+    path = _SUBSCRIPT.sub(lambda m: "." + m.group(1), _DYNAMO_ROOT.sub("", path))
+    return ".".join(p for p in path.split(".") if p)
+
+
+def _module_stack(node: fx.Node) -> list:
+    # torch's default reading strips only `L['self']`: on `torch.compile(model)`
+    # graphs (root `L['fn']`) every node would land in a module named "fn".
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {}
+    return [(module_fqn(path), cls) for path, cls in stack.values()]
+
+
+def _torch_manual_apply(gm: fx.GraphModule, **options) -> None:
+    """torch's `manual_overlap_bucketing` with the plan in `module_buckets`; other options do not apply."""
+    from torch._inductor.fx_passes.overlap_manual_scheduling import manual_overlap_bucketing
+
+    plan = options.get("module_buckets")
+    if plan is None:
+        return  # nothing to bucket without a plan
+    with _gpu_figures_without_triton():
+        manual_overlap_bucketing(gm, module_bucket_plans=[p if isinstance(p, str) else list(p) for p in plan],
+                                 module_stack_fn=_module_stack)
+
+
+@contextlib.contextmanager
+def _gpu_figures_without_triton():
+    """torch's scheduler estimates node runtimes from GPU figures it asks triton
+    for, even on CPU graphs; the manual bucketer never reads the estimates. Without
+    triton, answer with constants instead of failing the compile."""
+    if importlib.util.find_spec("triton") is not None:
+        yield
+        return
+    import torch.utils._runtime_estimation as estimation
+
+    with unittest.mock.patch.multiple(estimation, get_gpu_dram_gbps=lambda *a, **k: 1000.0,
+                                      get_device_tflops=lambda *a, **k: 100.0):
+        yield
+
+
+class _TorchManualInductorPass(_TorchInductorPass):
+    def __call__(self, graph: fx.Graph) -> None:
+        _torch_manual_apply(graph.owning_module, **self.options)
+
+
+def _torch_manual() -> PassAdapter:
+    return PassAdapter(
+        name="torch-manual",
+        expectations=SEMANTICS_ONLY,
+        apply_fx=_torch_manual_apply,
+        inductor_pass=lambda **options: _TorchManualInductorPass(**options),
+    )
+
+
 def _identity() -> PassAdapter:
     return PassAdapter(
         name="identity",
@@ -193,7 +258,7 @@ def _identity() -> PassAdapter:
     )
 
 
-BUILTIN = {"project": _project, "torch": _torch, "identity": _identity}
+BUILTIN = {"project": _project, "torch": _torch, "torch-manual": _torch_manual, "identity": _identity}
 
 
 def load(spec: str) -> PassAdapter:

@@ -126,7 +126,9 @@ MODELS = {
                   # for the final norm and output; reduce-scatters per block and dtype.
                   # merge_all: across attention, one per dtype for reductions.
                   # module_buckets: the same four units, named by the user.
-                  {"unbucketed": (29, 29), "default": (4, 7), "merge_all": (1, 2), "module_buckets": (4, 7)},
+                  # torch's manual bucketer with the same plan: one per entry and dtype.
+                  {"unbucketed": (29, 29), "default": (4, 7), "merge_all": (1, 2), "module_buckets": (4, 7),
+                   "torch-manual": (7, 7)},
                   module_plan=[["tok_embeddings", "pos_embeddings"], "layers.0", "layers.1", ["norm", "output"]]),
         ModelSpec("mlp-stacked-f32", lambda: MLPStacked("cpu", n_layers=4), _mlp_batch, _mse, None,
                   "torch's test MLPStacked (4 blocks of Linear 10x16, 16x10) in f32; uneven shards at 4 ranks",
@@ -135,7 +137,8 @@ MODELS = {
                   "4 blocks of a bf16 weight and an f32 bias; a user's module plan of 3 entries",
                   # Default: one all-gather per block, reduce-scatters per block and dtype.
                   # The plan: 3 all-gathers, 3 reduce-scatter buckets per dtype.
-                  {"unbucketed": (8, 8), "default": (4, 8), "merge_all": (1, 2), "module_buckets": (3, 6)},
+                  {"unbucketed": (8, 8), "default": (4, 8), "merge_all": (1, 2), "module_buckets": (3, 6),
+                   "torch-manual": (6, 6)},
                   module_plan=["layers.0", "layers.1", ["layers.2", "layers.3"]]),
     )
 }

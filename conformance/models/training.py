@@ -20,7 +20,7 @@ from . import family
 from .simple_fsdp import local_tensor
 
 
-class _Recorder:
+class Recorder:
     """Wraps the pass under test; records collectives of each graph it sees, and the plans."""
 
     def __init__(self, inner):
@@ -54,7 +54,7 @@ def train(spec: family.ModelSpec, mesh: DeviceMesh, rank: int, device: str, cust
     # unbucketed one, so every rank trains on the same batch; the reductions
     # then add equal values, which any order rounds alike.
     inputs, targets = spec.batch(rank if mesh.size() <= 2 else 0, device)
-    recorder = _Recorder(custom_pass)
+    recorder = Recorder(custom_pass)
     compiled = torch.compile(model)
     losses, first_grads = [], None
     with torch._inductor.config.patch(post_grad_custom_post_pass=recorder, fx_graph_cache=False):
