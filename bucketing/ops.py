@@ -26,6 +26,7 @@ def dtype_names(dtypes) -> str:
     return ",".join(dtype_name(d) for d in dtypes)
 
 
+@functools.lru_cache(maxsize=None)
 def dtype_from_name(name: str) -> torch.dtype:
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
@@ -147,14 +148,15 @@ def _member_shapes(shapes: list[int], ndims: list[int]) -> list[list[int]]:
 
 
 def _copy_out_impl(buffer, rows, offsets, row_bytes, dtypes, shapes, ndims):
-    """Fresh contiguous members out of a merged collective's result, in one split copy.
+    """Fresh contiguous members out of a merged collective's result.
 
     `buffer` holds `rows` equal rows of bytes (the ranks' chunks of a gathered
     buffer; one row for reductions); member i's bytes are columns
     [offsets[i], offsets[i] + row_bytes[i]) of every row, and its result has
-    shape `shapes` (flattened, `ndims` dims each). Gaps between members are
-    copied into scratch, so `split_with_sizes_copy` covers each row whole
-    (one kernel on CUDA).
+    shape `shapes` (flattened, `ndims` dims each). Members of one dtype that sit
+    next to each other are copied by one `split_with_sizes_copy` over that
+    stretch of columns read in their dtype (one kernel on CUDA); gaps inside a
+    stretch go to scratch.
     """
     src = _as_bytes(buffer).view(rows, -1)
     names = dtypes.split(",")
@@ -162,20 +164,36 @@ def _copy_out_impl(buffer, rows, offsets, row_bytes, dtypes, shapes, ndims):
         torch.empty(shape, dtype=dtype_from_name(name), device=buffer.device)
         for name, shape in zip(names, _member_shapes(shapes, ndims))
     ]
-    pieces, sizes, pos = [], [], 0
-    for i in sorted(range(len(outs)), key=lambda i: offsets[i]):
-        gap = offsets[i] - pos
-        if gap:
-            pieces.append(src.new_empty(rows, gap))
-            sizes.append(gap)
-        pieces.append(_as_bytes(outs[i]).view(rows, row_bytes[i]))
-        sizes.append(row_bytes[i])
-        pos = offsets[i] + row_bytes[i]
-    if src.shape[1] > pos:
-        pieces.append(src.new_empty(rows, src.shape[1] - pos))
-        sizes.append(src.shape[1] - pos)
-    torch.split_with_sizes_copy(src, sizes, dim=1, out=pieces)
+    for name, start, end, pieces in _copy_out_stretches(tuple(offsets), tuple(row_bytes), dtypes):
+        dtype = dtype_from_name(name)
+        region = src[:, start:end].view(dtype)
+        out = [(outs[i] if outs[i].dtype == dtype else outs[i].view(dtype)).view(rows, width) if i >= 0
+               else region.new_empty(rows, width) for i, width in pieces]
+        torch.split_with_sizes_copy(region, [width for _, width in pieces], dim=1, out=out)
     return outs
+
+
+@functools.lru_cache(maxsize=256)
+def _copy_out_stretches(offsets: tuple, row_bytes: tuple, dtypes: str) -> list:
+    """[(copy dtype name, first column, end column, [(member or -1 for a gap, width in elements)])].
+
+    A stretch is a run of members of one dtype in column order; the layout
+    aligns every member to its itemsize, so gaps inside a run are whole elements.
+    """
+    # bool is copied as bytes: a bool copy may turn any nonzero byte into 1.
+    names = ["uint8" if name == "bool" else name for name in dtypes.split(",")]
+    stretches: list = []
+    for i in sorted(range(len(offsets)), key=lambda i: offsets[i]):
+        size = dtype_from_name(names[i]).itemsize
+        if stretches and stretches[-1][0] == names[i]:
+            name, start, end, pieces = stretches[-1]
+            if offsets[i] > end:
+                pieces.append((-1, (offsets[i] - end) // size))
+            pieces.append((i, row_bytes[i] // size))
+            stretches[-1] = (name, start, offsets[i] + row_bytes[i], pieces)
+        else:
+            stretches.append((names[i], offsets[i], offsets[i] + row_bytes[i], [(i, row_bytes[i] // size)]))
+    return stretches
 
 
 # The copy-out is an op of ours, not aten views: Inductor fuses views of the

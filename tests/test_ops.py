@@ -1,4 +1,5 @@
-"""The copy-in op on its own: every member lands at its offset, for grouped and interleaved layouts."""
+"""The copy-in and copy-out ops on their own: every member lands at its offset and
+comes back out byte for byte, for grouped and interleaved layouts."""
 
 import pytest
 import torch
@@ -46,3 +47,25 @@ def test_copy_in_falls_back_to_copies_where_cat_fails(monkeypatch):
     chunk = ops._copy_in_impl(*args)
     for slot in layout.slots:
         assert torch.equal(chunk[slot.offset:slot.offset + slot.nbytes], expected[slot.offset:slot.offset + slot.nbytes])
+
+
+@pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "interleaved"])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_copy_out_returns_every_member_dense_and_bytewise(grouped, rows):
+    # Runs of one dtype, gaps inside and between runs, an empty and a 0-d member.
+    gen = torch.Generator().manual_seed(2)
+    dtypes = [torch.float32, torch.float32, torch.bfloat16, torch.bool, torch.int8, torch.bfloat16,
+              torch.float64, torch.float32, torch.bfloat16]
+    sizes = [3, 5, 7, 4, 9, 0, 2, 1, 6]
+    layout = plan_chunk([(n * d.itemsize, d.itemsize) for n, d in zip(sizes, dtypes)], 16,
+                        groups=dtypes if grouped else None)
+    buffer = torch.randint(0, 256, (rows * layout.chunk_bytes,), generator=gen, dtype=torch.uint8)
+    shapes = [[rows * n] if k != 7 or rows > 1 else [] for k, n in enumerate(sizes)]  # member 7: 0-d when rows=1
+    outs = torch.ops.bucketing_ops.copy_out(
+        buffer, rows, [s.offset for s in layout.slots], [s.nbytes for s in layout.slots], ops.dtype_names(dtypes),
+        [d for shape in shapes for d in shape], [len(shape) for shape in shapes],
+    )
+    grid = buffer.view(rows, -1)
+    for out, d, shape, slot in zip(outs, dtypes, shapes, layout.slots):
+        assert out.dtype == d and list(out.shape) == shape and out.is_contiguous()
+        assert torch.equal(out.reshape(-1).view(torch.uint8), grid[:, slot.offset:slot.offset + slot.nbytes].reshape(-1))
