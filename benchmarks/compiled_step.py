@@ -15,9 +15,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from bucketing.demo import fresh_copy, time_in_turns
 from bucketing.layout import plan_chunk
 from bucketing.ops import dtype_names
+from conformance.timing import fresh_copy, time_in_turns
 
 c10d = torch.ops._c10d_functional
 DTYPES = (torch.bfloat16, torch.float32)
@@ -96,7 +96,7 @@ def bench_step(ctx, kind: str, n: int, steps: int = 30, copy_out: str = "copy") 
     `copy_out` is our pass's option: "copy" (default) or "views" (fused views).
     """
     import bucketing.core as bc
-    from conformance.adapters import _TorchInductorPass
+    from conformance.adapters import TorchInductorPass
 
     group = ctx.groups["world"][0]
     world = ctx.world_size
@@ -105,7 +105,7 @@ def bench_step(ctx, kind: str, n: int, steps: int = 30, copy_out: str = "copy") 
     limit_prog, limit_inputs = _limit(kind, xs, group, world)
     variants = [
         ("unbucketed", program, xs, None),
-        ("torch", program, xs, _TorchInductorPass(multidtype=True, collectives=(kind,))),
+        ("torch", program, xs, TorchInductorPass(multidtype=True, collectives=(kind,))),
         ("ours", program, xs, bc.BucketingPass(copy_out=copy_out)),
         ("limit", limit_prog, limit_inputs, None),
     ]

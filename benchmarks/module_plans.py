@@ -19,11 +19,11 @@ import statistics
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 
-from bucketing.demo import time_in_turns
 from conformance import adapters
 from conformance.models import family
 from conformance.models.simple_fsdp import local_tensor
 from conformance.models.training import Recorder
+from conformance.timing import time_in_turns
 
 
 def _trainer(spec, mesh, rank: int, custom_pass):

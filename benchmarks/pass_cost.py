@@ -8,6 +8,7 @@ buckets) and is stopped past the time limit.
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -18,7 +19,10 @@ TORCH_LIMIT_S = 120.0
 
 
 def _measure(impl: str, kind: str, n: int) -> float:
-    """Runs inside the subprocess: seconds of one pass over a fresh graph."""
+    """Runs inside the subprocess: seconds of one pass over a fresh graph.
+
+    impl "ours-ambient-fake" is ours run inside a `FakeTensorMode` of the caller's
+    (as when a user runs the pass while tracing under fake mode)."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -27,13 +31,19 @@ def _measure(impl: str, kind: str, n: int) -> float:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
     group = dist.group.WORLD.group_name
     gm = collective_graph(kind, n, group, 8, even_sizes=impl == "torch")
-    if impl == "ours":
+    if impl.startswith("ours"):
+        import contextlib
+
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
         import bucketing.core as bc
 
         the_pass = bc.BucketingPass()
-        start = time.perf_counter()
-        the_pass(gm.graph)
-        return time.perf_counter() - start
+        ambient = FakeTensorMode() if impl == "ours-ambient-fake" else contextlib.nullcontext()
+        with ambient:
+            start = time.perf_counter()
+            the_pass(gm.graph)
+            return time.perf_counter() - start
     from torch._inductor.fx_passes import bucketing as tb
 
     start = time.perf_counter()
@@ -83,3 +93,18 @@ def run(kinds=KINDS, sizes=SIZES, torch_limit_s: float = TORCH_LIMIT_S) -> list[
             print(f"pass cost {kind:<15} N={n:<5} ours {ours:8.3f}s  torch "
                   f"{'-' if theirs is None else f'{theirs:8.3f}s'}  {note}", flush=True)
     return rows
+
+
+def ambient_fake_ratio(n: int = 1600, repeats: int = 3) -> tuple[float, float]:
+    """Median pass seconds at `n` all-gathers without and with an ambient fake mode, in turns."""
+    plain, ambient = [], []
+    for _ in range(repeats):
+        plain.append(measure("ours", "all_gather", n, 600))
+        ambient.append(measure("ours-ambient-fake", "all_gather", n, 600))
+    return statistics.median(plain), statistics.median(ambient)
+
+
+if __name__ == "__main__":
+    plain_s, ambient_s = ambient_fake_ratio()
+    print(f"pass at 1600 all-gathers: {plain_s:.3f}s, under an ambient FakeTensorMode {ambient_s:.3f}s "
+          f"({ambient_s / plain_s:.2f}x)")

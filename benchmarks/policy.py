@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 def _worker(rank, world, args, init_file, out_file):
     from bucketing import demo
+    from conformance.timing import bitwise_equal
 
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
@@ -41,11 +42,11 @@ def _worker(rank, world, args, init_file, out_file):
         passes.append(demo.RecordingBucketingPass(**options))
         compiled.append(demo.compile_variant(name, passes[-1], dargs, rank, world, group, "cpu"))
     demo.time_side_by_side(compiled, args.steps, "cpu")
-    rows = [("unbucketed", demo._total(counting.counts), sum(counting.peaks), base.median_s, True)]
+    rows = [("unbucketed", demo.total_counts(counting.counts), sum(counting.peaks), base.median_s, True)]
     for v, p in zip(compiled[1:], passes[1:]):
-        same = demo._bitwise_equal(base.loss, v.loss) and all(
-            demo._bitwise_equal(a, b) for a, b in zip(base.grads, v.grads))
-        rows.append((v.name, demo._total(p.after), sum(p.peaks), v.median_s, same))
+        same = bitwise_equal(base.loss, v.loss) and all(
+            bitwise_equal(a, b) for a, b in zip(base.grads, v.grads))
+        rows.append((v.name, demo.total_counts(p.after), sum(p.peaks), v.median_s, same))
     if rank == 0:
         lines = ["| variant | all-gathers | reduce-scatters | est. peak bytes (fwd+bwd) | rise over unbucketed "
                  "| median step (ms) | bit-identical |",

@@ -8,21 +8,17 @@ given by name. Anything else is reported with the reason it is left alone.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 import torch.fx as fx
 
-from . import modules
+from . import kinds, modules
+from .records import Skipped
 
 c10d = torch.ops._c10d_functional
 aten = torch.ops.aten
 prims = torch.ops.prims
-
-KIND_BY_TARGET = {
-    c10d.all_gather_into_tensor.default: "all_gather",
-    c10d.reduce_scatter_tensor.default: "reduce_scatter",
-    c10d.all_reduce.default: "all_reduce",
-}
 
 
 @dataclasses.dataclass
@@ -47,19 +43,10 @@ class Collective:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return math.prod(self.shape)
 
     def describe(self) -> str:
         return f"{self.node.name}({self.kind}, {self.group_name}, {self.dtype}, {list(self.shape)})"
-
-
-@dataclasses.dataclass(frozen=True)
-class Skipped:
-    node_name: str
-    reason: str
 
 
 def _static_shape(val) -> tuple[int, ...] | None:
@@ -110,15 +97,15 @@ def _fusable_cast_source(input_node: fx.Node, consumer: fx.Node) -> fx.Node | No
 
 
 def find_collectives(
-    graph: fx.Graph, kinds: tuple[str, ...], fuse_casts: bool
+    graph: fx.Graph, selected: tuple[str, ...], fuse_casts: bool
 ) -> tuple[list[Collective], list[Skipped]]:
     found: list[Collective] = []
     skipped: list[Skipped] = []
     for node in graph.nodes:
         if node.op != "call_function":
             continue
-        kind = KIND_BY_TARGET.get(node.target)
-        if kind is None or kind not in kinds:
+        kind = kinds.BY_TARGET.get(node.target)
+        if kind is None or kind.name not in selected:
             continue
         record, reason = _describe(node, kind, fuse_casts)
         if record is None:
@@ -128,17 +115,11 @@ def find_collectives(
     return found, skipped
 
 
-def _describe(node: fx.Node, kind: str, fuse_casts: bool) -> tuple[Collective | None, str]:
-    args = list(node.args)
-    inp = args[0]
+def _describe(node: fx.Node, kind: kinds.Kind, fuse_casts: bool) -> tuple[Collective | None, str]:
+    inp = node.args[0]
     if not isinstance(inp, fx.Node):
         return None, "input is not a graph node"
-    if kind == "all_gather":
-        group_size, group_name, reduce_op = args[1], args[2], None
-    elif kind == "reduce_scatter":
-        reduce_op, group_size, group_name = args[1], args[2], args[3]
-    else:
-        reduce_op, group_name, group_size = args[1], args[2], 0
+    group_size, group_name, reduce_op = kind.read_args(node.args)
     if node.kwargs:
         return None, f"unexpected keyword arguments {sorted(node.kwargs)}"
     if not isinstance(group_name, str):
@@ -152,27 +133,18 @@ def _describe(node: fx.Node, kind: str, fuse_casts: bool) -> tuple[Collective | 
     shape = _static_shape(val)
     if shape is None:
         return None, "input has no static shape in meta['val'] (dynamic or missing)"
-    if val.dtype.is_complex and kind != "all_gather":
+    if val.dtype.is_complex and not kind.mixes_dtypes:
         return None, "complex reductions are left as they are"
-    numel = 1
-    for s in shape:
-        numel *= s
-    itemsize = val.dtype.itemsize
-    if kind == "all_gather":
-        if not shape:
-            return None, "0-d all-gather input"
-        nbytes = numel * itemsize * group_size
-    elif kind == "reduce_scatter":
-        if not shape or group_size < 1 or shape[0] % group_size:
-            return None, "reduce-scatter input dim 0 is not divisible by the group size"
-        nbytes = numel * itemsize
-    else:
-        nbytes = numel * itemsize
+    if kind is kinds.ALL_GATHER and not shape:
+        return None, "0-d all-gather input"
+    if kind is kinds.REDUCE_SCATTER and (not shape or group_size < 1 or shape[0] % group_size):
+        return None, "reduce-scatter input dim 0 is not divisible by the group size"
+    nbytes = kind.payload_bytes(math.prod(shape) * val.dtype.itemsize, group_size)
     cast_source = None
-    if kind == "all_gather" and fuse_casts:
+    if kind is kinds.ALL_GATHER and fuse_casts:
         cast_source = _fusable_cast_source(inp, node)
     record = Collective(
-        kind=kind,
+        kind=kind.name,
         node=node,
         wait=wait,
         input=inp,

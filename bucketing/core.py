@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 import os
@@ -14,21 +15,24 @@ import time
 import torch
 import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from . import ordering, policy, report
+from . import cost, memory, ordering, report, schedule
 from .collectives import find_collectives
 from .options import BucketingOptions, make_options
-from .planning import alone, plan_buckets
-from .report import BucketReport, Plan, explain  # noqa: F401  (re-exported)
+from .planning import plan_buckets
+from .report import BucketReport, Plan  # noqa: F401  (re-exported)
 from .rewrite import MetaEvaluator, emit_bucket, replace_members
 
 log = logging.getLogger("bucketing")
 
-_SOURCE_FILES = tuple(
-    os.path.join(os.path.dirname(__file__), name)
-    for name in sorted(os.listdir(os.path.dirname(__file__)))
-    if name.endswith(".py")
+# The modules the pass runs: their source is the pass's cache key (with the
+# options), so editing the demo or the docs leaves users' FX graph caches valid.
+PASS_MODULES = (
+    "__init__", "collectives", "core", "cost", "effects", "kinds", "layout", "locality", "memory",
+    "modules", "ops", "options", "ordering", "planning", "records", "report", "rewrite", "schedule",
 )
+_SOURCE_FILES = tuple(os.path.join(os.path.dirname(__file__), f"{name}.py") for name in PASS_MODULES)
 
 
 def bucket_collectives(gm: fx.GraphModule | fx.Graph, **options) -> Plan:
@@ -41,70 +45,72 @@ def bucket_collectives(gm: fx.GraphModule | fx.Graph, **options) -> Plan:
     return plan
 
 
+def explain(plan_or_gm, **options) -> str:
+    """A readable multi-line report of a plan, or of the plan `options` give a
+    graph module (planned on a copy: `plan_or_gm` is left as it was)."""
+    if not isinstance(plan_or_gm, Plan):
+        plan_or_gm = bucket_collectives(copy.deepcopy(plan_or_gm), **options)
+    return report.explain(plan_or_gm)
+
+
 def _apply(graph: fx.Graph, opts: BucketingOptions) -> Plan:
+    # Metadata of new nodes comes from the graph's own fake mode; a mode the
+    # caller has active would route every meta computation through its dispatch.
+    with unset_fake_temporarily():
+        plan = _plan_and_rewrite(graph, opts)
+    report.publish(plan)
+    return plan
+
+
+def _plan_and_rewrite(graph: fx.Graph, opts: BucketingOptions) -> Plan:
     start = time.perf_counter()
     collectives, skipped = find_collectives(graph, opts.collectives, opts.fuse_casts)
     if not collectives:
-        plan = Plan([], skipped, time.perf_counter() - start)
-        report.publish(plan)
-        return plan
-    buckets, over_cap, whens, timeline = plan_buckets(graph, collectives, opts)
-    skipped.extend(over_cap)
-    skipped.extend(alone(buckets))
-    merged = [b for b in buckets if len(b.members) > 1]
-    if not merged:
-        plan = Plan([], skipped, time.perf_counter() - start)
-        report.publish(plan)
-        return plan
+        return Plan([], skipped, time.perf_counter() - start)
+    planned = plan_buckets(graph, collectives, opts)
+    skipped += planned.over_cap + planned.alone()
+    if not planned.merged:
+        return Plan([], skipped, time.perf_counter() - start)
+    snapshot = ordering.GraphSnapshot(graph)  # positions before any new node
+    emitted = _emit(graph, planned.merged, opts, skipped)
+    reports = []
+    if emitted:
+        views = opts.copy_out == "views"
+        issue_at = schedule.issue_positions([e.bucket for e in emitted], planned.whens)
+        extra_peak = [memory.extra_peak_bytes(e.bucket, planned.whens, issue_at[id(e.bucket)], views)
+                      for e in emitted]
+        for e in emitted:
+            replace_members(graph, e)
+        ordering.place(graph, snapshot, emitted, issue_at)
+        reports = [report.describe(e, extra) for e, extra in zip(emitted, extra_peak)]
+        if opts.verify_plan_across_ranks:
+            _insert_plan_check(graph, reports)
+        bucketed = cost.Timeline(graph)
+        reports = [report.locate(r, e, bucketed) for r, e in zip(reports, emitted)]
+        graph.lint()
+    return Plan(reports, skipped, time.perf_counter() - start)
 
-    snapshot = ordering.GraphSnapshot(graph)
+
+def _emit(graph: fx.Graph, buckets: list, opts: BucketingOptions, skipped: list) -> list:
+    """Emit each bucket's nodes; a bucket that cannot be built stays as it was, with why."""
     meta = MetaEvaluator(graph)
     emitted = []
-    for bucket in merged:
+    for bucket in buckets:
         try:
             emitted.append(emit_bucket(graph, bucket, meta, opts.alignment_bytes, opts.copy_out))
-        except Exception as exc:  # a bucket we cannot build stays as it was
+        except Exception as exc:
             log.warning("bucketing: left bucket %s unmerged: %s: %s", bucket.index, type(exc).__name__, exc)
             skipped.extend(report.skipped_members(bucket, f"rewrite failed: {exc}"))
-
-    issue_at = policy.issue_positions([e.bucket for e in emitted], whens)
-    issue_priority, issue_segment, fallback = {}, {}, {}
-    for e in emitted:
-        members = e.bucket.members
-        first = issue_at[id(e.bucket)]
-        segment = snapshot.segment[members[0].node]
-        for k, node in enumerate(e.issue_nodes):
-            # After the previous bucket's wait and copy-out placed there (its buffer is
-            # freed first), before the original node at that position.
-            issue_priority[node] = (first, -1, k)
-            issue_segment[node] = segment
-        first_wait = min(snapshot.position[m.wait] for m in members)
-        for node in e.wait_nodes + [o for o in e.outputs if o is not None]:
-            fallback[node] = (first_wait, 0, 0)
-    for node in graph.nodes:
-        if node not in snapshot.position and node not in issue_priority and node not in fallback:
-            fallback[node] = (len(snapshot.position), 0, 0)
-    for e in emitted:
-        replace_members(graph, e)
-    ordering.reorder(graph, snapshot, issue_priority, issue_segment, fallback)
-    views = opts.copy_out == "views"
-    reports = [report.describe(e, whens, timeline, issue_at[id(e.bucket)], views) for e in emitted]
-    plan = Plan(reports, skipped, time.perf_counter() - start)
-    if opts.verify_plan_across_ranks:
-        _insert_plan_check(graph, plan)
-    graph.lint()
-
-    report.publish(plan)
-    return plan
+    return emitted
 
 
 _plan_checks_inserted = itertools.count()
 
 
-def _insert_plan_check(graph: fx.Graph, plan: Plan) -> None:
+def _insert_plan_check(graph: fx.Graph, reports: list[BucketReport]) -> None:
     """Put the cross-rank plan check before every other non-input node."""
     first = next(n for n in graph.nodes if n.op != "placeholder")
-    lines = "\n".join(b.rank_neutral_line() for b in plan.buckets)
+    lines = "\n".join(b.rank_neutral_line() for b in reports)
     with graph.inserting_before(first):
         check = graph.call_function(
             torch.ops.bucketing_ops.verify_plan.default, (next(_plan_checks_inserted), lines)

@@ -15,12 +15,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import re
 import statistics
 import sys
 import tempfile
 import time
-import types
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -28,32 +26,25 @@ import torch
 import torch.distributed as dist
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from . import core
-from .collectives import KIND_BY_TARGET
-from .policy import estimate_peak_bytes
-from .toy_fsdp import ShardedMLP, loss_fn
+from conformance.models.toy_fsdp import ShardedMLP, loss_fn
+from conformance.timing import bitwise_equal, fresh_copy, time_in_turns
 
-KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+from . import core, kinds
+from .kinds import count_collectives
+from .memory import estimate_peak_bytes
+
+KINDS = kinds.NAMES
 TRANSFORMER = "transformer-bf16-f32"  # conformance.models.family
-
-
-def count_collectives(graph) -> dict[str, int]:
-    counts = dict.fromkeys(KINDS, 0)
-    for node in graph.nodes:
-        kind = KIND_BY_TARGET.get(node.target)
-        if kind:
-            counts[kind] += 1
-    return counts
 
 
 def collective_bytes(graph) -> dict[str, int]:
     """Bytes each kind moves per rank (larger side), as in bucket sizes."""
     out = dict.fromkeys(KINDS, 0)
     for node in graph.nodes:
-        kind = KIND_BY_TARGET.get(node.target)
+        kind = kinds.BY_TARGET.get(node.target)
         if kind:
-            val = node.meta["val"] if kind == "all_gather" else node.args[0].meta["val"]
-            out[kind] += val.numel() * val.element_size()
+            val = node.meta["val"] if kind is kinds.ALL_GATHER else node.args[0].meta["val"]
+            out[kind.name] += val.numel() * val.element_size()
     return out
 
 
@@ -88,7 +79,7 @@ class RecordingBucketingPass(core.BucketingPass):
         self.plans.append(self.last_plan)
 
 
-def _total(dicts):
+def total_counts(dicts):
     out = dict.fromkeys(KINDS, 0)
     for d in dicts:
         for k in KINDS:
@@ -167,40 +158,11 @@ def compile_variant(name, custom_pass, args, rank, world, group, device) -> Vari
     return Variant(name, loss.detach().clone(), grads, compile_s, step)
 
 
-def fresh_copy(fn, label: str):
-    """`fn` under a code object of its own: dynamo caches compiled code per code
-    object, so each variant compiled from a copy keeps its own compilation."""
-    suffix = re.sub(r"\W", "_", label)
-    code = fn.__code__.replace(co_name=f"{fn.__name__}_{suffix}")
-    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
-
-
-def time_in_turns(steps: dict[str, Callable[[], object]], rounds: int, device: str) -> dict[str, list[float]]:
-    """Seconds of each step, run in turns (one of each per round) so drift on a
-    busy machine hits all alike; every step starts from a barrier."""
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(rounds):
-        for name, step in steps.items():
-            if device == "cuda":
-                torch.cuda.synchronize()
-            dist.barrier()
-            start = time.perf_counter()
-            step()
-            if device == "cuda":
-                torch.cuda.synchronize()
-            times[name].append(time.perf_counter() - start)
-    return times
-
-
 def time_side_by_side(variants: list[Variant], steps: int, device: str) -> None:
     """Time the variants in turns (see `time_in_turns`)."""
     times = time_in_turns({v.name: v.step for v in variants}, steps, device)
     for v in variants:
         v.times.extend(times[v.name])
-
-
-def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
 
 
 def main_worker(rank: int, world: int, args, init_method: str | None):
@@ -233,15 +195,15 @@ def main_worker(rank: int, world: int, args, init_method: str | None):
     ours = compile_variant("bucketed", bucketing, args, rank, world, group, device)
     time_side_by_side([base, ours], args.steps, device)
 
-    same_loss = _bitwise_equal(base.loss, ours.loss)
-    same_grads = all(_bitwise_equal(a, b) for a, b in zip(base.grads, ours.grads))
+    same_loss = bitwise_equal(base.loss, ours.loss)
+    same_grads = all(bitwise_equal(a, b) for a, b in zip(base.grads, ours.grads))
     verdicts = [None] * world
     dist.all_gather_object(verdicts, same_loss and same_grads)
     identical = all(verdicts)
 
     if rank == 0:
-        before, after = _total(counting.counts), _total(bucketing.after)
-        moved = _total(bucketing.bytes)
+        before, after = total_counts(counting.counts), total_counts(bucketing.after)
+        moved = total_counts(bucketing.bytes)
         padding = dict.fromkeys(KINDS, 0)
         buckets = dict.fromkeys(KINDS, 0)
         for plan in bucketing.plans:

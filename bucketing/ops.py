@@ -15,9 +15,13 @@ import functools
 import torch
 
 NAMESPACE = "bucketing_ops"
+# Layouts remembered per distinct bucket (dtypes, offsets, sizes): a program
+# has a few hundred at most; the cap only bounds a pathological one.
+LAYOUT_CACHE_SIZE = 4096
 
 
 def dtype_name(dtype: torch.dtype) -> str:
+    """`torch.bfloat16` -> "bfloat16", as op arguments and plans write dtypes."""
     return str(dtype).removeprefix("torch.")
 
 
@@ -34,7 +38,7 @@ def dtype_from_name(name: str) -> torch.dtype:
     return dtype
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=LAYOUT_CACHE_SIZE)
 def _copy_plan(dtypes: str, offsets: tuple, numels: tuple) -> tuple:
     """How to fill the chunk: per destination dtype, its span of the chunk (in
     that dtype's elements) and the pieces that fill it, in order: an input
@@ -85,7 +89,7 @@ def _fill_templates(plan: tuple, device: torch.device) -> list:
             parts = [pad[:-k] if k < 0 else None for k in pieces]
             slots = [(j, k) for j, k in enumerate(pieces) if k >= 0]
             templates.append((parts, slots))
-        if len(_PADDING) >= 4096:
+        if len(_PADDING) >= LAYOUT_CACHE_SIZE:
             _PADDING.clear()
         _PADDING[key] = templates
     return templates
@@ -173,7 +177,7 @@ def _copy_out_impl(buffer, rows, offsets, row_bytes, dtypes, shapes, ndims):
     return outs
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=LAYOUT_CACHE_SIZE)
 def _copy_out_stretches(offsets: tuple, row_bytes: tuple, dtypes: str) -> list:
     """[(copy dtype name, first column, end column, [(member or -1 for a gap, width in elements)])].
 

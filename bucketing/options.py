@@ -14,9 +14,10 @@ import os
 from collections.abc import Callable
 from typing import Union
 
-from . import modules
+from . import kinds, modules
 
-COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+COLLECTIVE_KINDS = kinds.NAMES
+MB = 2**20
 POLICIES = ("module", "locality", "merge_all")
 COPY_OUTS = ("copy", "views")
 
@@ -50,7 +51,7 @@ class BucketingOptions:
     # "locality": merge up to the caps, but keep each bucket within
     # `locality_flops` of compute, keep its overlap window open, and split
     # buckets that would raise the estimated peak memory by more than
-    # `memory_budget_mb` (see policy.py). "merge_all": the caps alone.
+    # `memory_budget_mb` (see locality.py and memory.py). "merge_all": the caps alone.
     policy: str = "module"
     # Module classes whose instances are the blocks of policy="module"
     # (e.g. ("TransformerBlock",)); None: the outermost indexed module.
@@ -122,7 +123,7 @@ class BucketingOptions:
             raise ValueError(
                 f"bucket_cap_mb({bucket_index}) must return a positive number, got {mb!r}"
             )
-        return float(mb) * 1024 * 1024
+        return float(mb) * MB
 
     def fingerprint(self) -> str:
         """A stable text that changes with any option (a callable cap by its code)."""

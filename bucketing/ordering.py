@@ -2,7 +2,7 @@
 
 A stable topological sort (Kahn's algorithm, ready nodes taken by priority):
 original nodes keep their old position as priority; a bucket's issue nodes
-take the position policy.issue_positions chooses (once the last member input
+take the position schedule.issue_positions chooses (once the last member input
 exists, and not before the previous bucket is waited on) and go after the
 previous bucket's wait and copy-out placed there, before the original node at
 that position; wait and copy-out nodes take their first user's
@@ -18,9 +18,14 @@ from collections import defaultdict
 
 import torch.fx as fx
 
-from .planning import is_barrier, is_seeded
+from .effects import is_barrier, is_seeded
 
 Priority = tuple
+# The middle field of a priority orders new nodes at one original position:
+# issue nodes go after the previous bucket's wait and copy-out placed there
+# (its buffer is freed first) and before the original node.
+ISSUE_BEFORE_ORIGINAL = -1
+ORIGINAL = 0
 
 
 class GraphSnapshot:
@@ -40,6 +45,28 @@ class GraphSnapshot:
                 self.barriers.append(node)
 
 
+def place(graph: fx.Graph, snapshot: GraphSnapshot, emitted: list, issue_at: dict[int, int]) -> None:
+    """Put every emitted bucket's nodes where they belong, and the graph in a legal order.
+
+    `issue_at` is schedule.issue_positions' answer, by bucket id, in `snapshot`'s positions.
+    """
+    issue_priority, issue_segment, fallback = {}, {}, {}
+    for e in emitted:
+        members = e.bucket.members
+        first = issue_at[id(e.bucket)]
+        segment = snapshot.segment[members[0].node]
+        for k, node in enumerate(e.issue_nodes):
+            issue_priority[node] = (first, ISSUE_BEFORE_ORIGINAL, k)
+            issue_segment[node] = segment
+        first_wait = min(snapshot.position[m.wait] for m in members)
+        for node in e.wait_nodes + [o for o in e.outputs if o is not None]:
+            fallback[node] = (first_wait, ORIGINAL, 0)
+    for node in graph.nodes:
+        if node not in snapshot.position and node not in issue_priority and node not in fallback:
+            fallback[node] = (len(snapshot.position), ORIGINAL, 0)
+    reorder(graph, snapshot, issue_priority, issue_segment, fallback)
+
+
 def reorder(
     graph: fx.Graph,
     snapshot: GraphSnapshot,
@@ -54,7 +81,7 @@ def reorder(
     for node in nodes:
         pos = snapshot.position.get(node)
         if pos is not None:
-            priority[node] = (pos, 0, 0)
+            priority[node] = (pos, ORIGINAL, 0)
         elif node in issue_priority:
             priority[node] = issue_priority[node]
         else:

@@ -22,7 +22,7 @@ Each collective may belong to a module unit (modules.py): an entry of the
 user's `module_buckets`, or under the module policy a block (a repeated
 module such as a transformer layer): the unit sharded training gathers and
 frees. A bucket holds one unit, whatever compute lies inside it; collectives
-outside any unit follow the compute window (policy.py), or under merge_all
+outside any unit follow the compute window (locality.py), or under merge_all
 the caps alone.
 
 Every collective that ends alone in its bucket gets the reason, so the plan
@@ -34,73 +34,47 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 
-import torch
 import torch.fx as fx
 
-from . import modules, policy
-from .collectives import Collective, Skipped
-from .options import BucketingOptions
+from . import cost, kinds, locality, memory, modules
+from .collectives import Collective
+from .effects import is_barrier, is_seeded
+from .options import MB, BucketingOptions
+from .records import Bucket, Skipped, Span, When
 
 # How many buckets of one key the locality policy keeps open at once.
 MAX_OPEN_PER_KEY = 4
-MB = 1024 * 1024
 
 
 @dataclasses.dataclass
-class Bucket:
-    """Collectives merged into one; `index` counts buckets of one kind in graph order."""
+class PlannedBuckets:
+    """What planning decided, and what it knows of the graph for the report."""
 
-    index: int
-    kind: str
-    key: tuple
-    cap_bytes: float
-    members: list[Collective] = dataclasses.field(default_factory=list)
-    nbytes: int = 0  # payload bytes, the larger side of each member; padding excluded
-    span: policy.Span | None = None  # what the locality policy tracks
-    # Why no other collective joined (set while planning; read when it stays alone).
-    alone_reason: str = ""
-    module: str | None = None  # the module unit it holds (a block or a module_buckets entry)
-    explicit: bool = False  # a module_buckets entry: the memory split leaves it whole
+    buckets: list[Bucket]  # in order of their first member, singletons included
+    over_cap: list[Skipped]  # collectives too big for any bucket
+    whens: dict[fx.Node, When]  # per collective node
+    timeline: cost.Timeline
 
-
-    def part(self, members: list[Collective], alone_reason: str = "") -> Bucket:
-        """A bucket of some of these members (a split keeps key, index and cap)."""
-        return Bucket(self.index, self.kind, self.key, self.cap_bytes, list(members),
-                      sum(m.nbytes for m in members), alone_reason=alone_reason,
-                      module=self.module, explicit=self.explicit)
+    def alone(self) -> list[Skipped]:
+        """The collectives that stayed alone in their bucket, with why."""
+        out = []
+        for b in self.buckets:
+            if len(b.members) == 1:
+                c = b.members[0]
+                block = f" in module {b.module}" if b.module else ""
+                why = b.alone_reason or f"no other collective of its key ({c.kind}, group, op, dtype){block} came to join it"
+                out.append(Skipped(c.node.name, why))
+        return out
 
     @property
-    def group_name(self) -> str:
-        return self.members[0].group_name
-
-    @property
-    def reduce_op(self) -> str | None:
-        return self.members[0].reduce_op
+    def merged(self) -> list[Bucket]:
+        return [b for b in self.buckets if len(b.members) > 1]
 
 
 def bucket_key(c: Collective, multidtype: bool) -> tuple:
-    """(kind, group name, reduce op, dtype); dtype is None for multi-dtype all-gathers."""
-    dtype = None if (c.kind == "all_gather" and multidtype) else c.dtype
+    """(kind, group name, reduce op, dtype); dtype is None where the kind may mix dtypes."""
+    dtype = None if (kinds.BY_NAME[c.kind].mixes_dtypes and multidtype) else c.dtype
     return (c.kind, c.group_name, c.reduce_op, dtype)
-
-
-def is_barrier(node: fx.Node) -> bool:
-    """Mutation or effect token: nothing may move across it."""
-    if node.op != "call_function":
-        return False
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        return target._schema.is_mutable
-    if isinstance(target, torch._ops.HigherOrderOperator):
-        return target.name() == "with_effects"
-    return False
-
-
-def is_seeded(node: fx.Node) -> bool:
-    """Draws from the random state: such nodes keep their order among themselves."""
-    target = node.target
-    return (node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
-            and torch.Tag.nondeterministic_seeded in target.tags)
 
 
 def module_unit(c: Collective, options: BucketingOptions) -> tuple[str | None, bool]:
@@ -119,21 +93,17 @@ def module_unit(c: Collective, options: BucketingOptions) -> tuple[str | None, b
 
 def plan_buckets(
     graph: fx.Graph, collectives: list[Collective], options: BucketingOptions
-) -> tuple[list[Bucket], list[Skipped], dict[fx.Node, policy.When], policy.Timeline]:
-    """All buckets in order of their first member, singletons included.
-
-    Also returns what the policy knows of each collective (by node) and the
-    graph's timeline, for the plan report.
-    """
+) -> PlannedBuckets:
+    """All buckets in order of their first member, singletons included."""
     by_node = {c.node: c for c in collectives}
-    timeline = policy.Timeline(graph)
-    whens = {c.node: policy.when(c, timeline) for c in collectives}
+    timeline = cost.Timeline(graph)
+    whens = {c.node: cost.when(c, timeline) for c in collectives}
     windowed = options.policy != "merge_all"  # the compute window applies outside module units
     units = {c.node: module_unit(c, options) for c in collectives}
     window = options.locality_flops
     if window is None:
         device = collectives[0].node.meta["val"].device.type if collectives else "cpu"
-        window = policy.default_locality_flops(device)
+        window = cost.default_locality_flops(device)
 
     buckets: list[Bucket] = []
     skipped: list[Skipped] = []
@@ -156,7 +126,7 @@ def plan_buckets(
                     buckets[bid].alone_reason = f"closed: {closer} depends on its result"
             bids[:] = [bid for bid in bids if bid == keep or not (mask >> bid) & 1]
 
-    def refusal(bid: int, c: Collective, w: policy.When, mask: int) -> str | None:
+    def refusal(bid: int, c: Collective, w: When, mask: int) -> str | None:
         """Why `c` may not join bucket `bid`, or None if it may."""
         bucket = buckets[bid]
         if (mask >> bid) & 1:
@@ -168,7 +138,7 @@ def plan_buckets(
         if options.max_bucket_count is not None and len(bucket.members) >= options.max_bucket_count:
             return f"the open bucket already holds max_bucket_count={options.max_bucket_count} members"
         if windowed and bucket.module is None:
-            return policy.refusal(bucket.span, w, timeline, window)
+            return locality.refusal(bucket.span, w, timeline, window)
         return None
 
     def assign(c: Collective, mask: int) -> int | None:
@@ -196,7 +166,7 @@ def plan_buckets(
             return None
         next_index[c.kind] += 1
         bid = len(buckets)
-        buckets.append(Bucket(index, c.kind, key, cap, [c], c.nbytes, policy.Span.of(w), why or "",
+        buckets.append(Bucket(index, c.kind, key, cap, [c], c.nbytes, Span.of(w), why or "",
                               unit, explicit))
         bids.append(bid)
         del bids[:-max_open]
@@ -225,26 +195,10 @@ def plan_buckets(
     if windowed and any(len(b.members) > 1 and not b.explicit for b in buckets):
         budget = options.memory_budget_mb
         budget_bytes = max(b.cap_bytes for b in buckets) if budget is None else budget * MB
-        # Merging adds at most four times the merged bytes (inputs and results
-        # held longer, one packed copy); skip the sweep when even that fits.
-        merged_bytes = sum(b.nbytes for b in buckets if len(b.members) > 1 and not b.explicit)
-        if 4 * merged_bytes > budget_bytes:
-            buckets = policy.split_for_memory(buckets, whens, policy.live_bytes(graph), budget_bytes,
-                                              options.copy_out == "views")
-            buckets = _renumber_within_caps(buckets, whens, options)
-    return buckets, skipped, whens, timeline
-
-
-def alone(buckets: list[Bucket]) -> list[Skipped]:
-    """The collectives that stayed alone in their bucket, with why."""
-    out = []
-    for b in buckets:
-        if len(b.members) == 1:
-            c = b.members[0]
-            block = f" in module {b.module}" if b.module else ""
-            why = b.alone_reason or f"no other collective of its key ({c.kind}, group, op, dtype){block} came to join it"
-            out.append(Skipped(c.node.name, why))
-    return out
+        split = memory.split_to_budget(list(buckets), whens, graph, budget_bytes, options.copy_out == "views")
+        if len(split) != len(buckets):
+            buckets = _renumber_within_caps(split, whens, options)
+    return PlannedBuckets(buckets, skipped, whens, timeline)
 
 
 def _renumber_within_caps(buckets: list[Bucket], whens: dict, options: BucketingOptions) -> list[Bucket]:
@@ -266,4 +220,4 @@ def _renumber_within_caps(buckets: list[Bucket], whens: dict, options: Bucketing
         if over is None:
             return buckets
         i = next(k for k, b in enumerate(buckets) if b is over)
-        buckets[i:i + 1] = policy.halve(over, f"split: over the cap of bucket index {over.index}")
+        buckets[i:i + 1] = memory.halve(over, f"split: over the cap of bucket index {over.index}")

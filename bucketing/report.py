@@ -8,8 +8,8 @@ import logging
 
 import torch
 
-from . import policy
-from .collectives import Skipped
+from .ops import dtype_name
+from .records import Skipped
 
 log = logging.getLogger("bucketing")
 
@@ -27,8 +27,8 @@ class BucketReport:
     nbytes: int  # payload: sum of each member's larger side
     padding_bytes: int  # alignment padding moved by the merged collective
     collective: str  # name of the merged collective node
-    # When, in positions of the graph before the rewrite (see policy.py):
-    issued_at: int = -1  # where the merged collective may start
+    # When, in node positions of the bucketed graph (0 = its first node):
+    issued_at: int = -1  # the merged collective
     first_use: int = -1  # first user of any member's result
     last_use: int = -1  # last user of any member's result
     overlap_nodes: int = 0  # nodes between issue and first use
@@ -64,7 +64,8 @@ class BucketReport:
 
     def timing_line(self) -> str:
         return (
-            f"issued @{self.issued_at}, first use @{self.first_use}, last use @{self.last_use}; "
+            f"(positions in the bucketed graph) issued @{self.issued_at}, first use @{self.first_use}, "
+            f"last use @{self.last_use}; "
             f"overlap {self.overlap_nodes} nodes, {self.overlap_flops:.3g} FLOPs; "
             f"est. peak +{self.extra_peak_bytes} bytes"
         )
@@ -83,32 +84,39 @@ class Plan:
         return out
 
 
-def describe(emitted, whens, timeline, issued_at: int, views: bool = False) -> BucketReport:
+def describe(emitted, extra_peak_bytes: int) -> BucketReport:
+    """What one emitted bucket is; positions are filled in by `locate`."""
     bucket = emitted.bucket
-    ws = [whens[m.node] for m in bucket.members]
-    first_use = min(w.first_use for w in ws)
-    dtypes: list[str] = []
-    for m in bucket.members:
-        name = str(m.dtype).removeprefix("torch.")
-        if name not in dtypes:
-            dtypes.append(name)
     return BucketReport(
         index=bucket.index,
         kind=bucket.kind,
         group=bucket.group_name,
         reduce_op=bucket.reduce_op,
-        dtypes=tuple(dtypes),
+        dtypes=tuple(dict.fromkeys(dtype_name(m.dtype) for m in bucket.members)),
         members=tuple(m.node.name for m in bucket.members),
         nbytes=bucket.nbytes,
         padding_bytes=emitted.padding_bytes,
         collective=emitted.collective.name,
-        issued_at=issued_at,
-        first_use=first_use,
-        last_use=max(w.last_use for w in ws),
-        overlap_nodes=max(0, first_use - issued_at),
-        overlap_flops=timeline.flops_between(issued_at, first_use),
-        extra_peak_bytes=policy.peak_of(policy.bucket_extra_intervals(bucket, whens, issued_at, views)),
+        extra_peak_bytes=extra_peak_bytes,
         module=bucket.module,
+    )
+
+
+def locate(report: BucketReport, emitted, timeline) -> BucketReport:
+    """`report` with its positions in the graph `timeline` was taken of (the bucketed one)."""
+    pos = timeline.position
+    issued = pos[emitted.collective]
+    uses = [pos[u] for out in emitted.outputs if out is not None for u in out.users]
+    if not uses:  # no member is read: the wait is the last use
+        uses = [pos[n] for n in emitted.wait_nodes]
+    first_use = min(uses)
+    return dataclasses.replace(
+        report,
+        issued_at=issued,
+        first_use=first_use,
+        last_use=max(uses),
+        overlap_nodes=max(0, first_use - issued),
+        overlap_flops=timeline.flops_between(issued, first_use),
     )
 
 
@@ -116,17 +124,8 @@ def skipped_members(bucket, reason: str) -> list[Skipped]:
     return [Skipped(m.node.name, reason) for m in bucket.members]
 
 
-def explain(plan_or_gm, **options) -> str:
-    """A readable multi-line report of a plan (or of the plan `options` give a graph)."""
-    if isinstance(plan_or_gm, Plan):
-        plan = plan_or_gm
-    else:
-        import copy
-
-        from .core import bucket_collectives
-
-        gm = copy.deepcopy(plan_or_gm)
-        plan = bucket_collectives(gm, **options)
+def explain(plan: Plan) -> str:
+    """A readable multi-line report of a plan."""
     lines = [f"bucketing plan: {len(plan.buckets)} bucket(s), {len(plan.skipped)} collective(s) left as they were"]
     for b in plan.buckets:
         lines.append("  " + b.line())

@@ -18,7 +18,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode, maybe_get_fake_mode
 
 from . import ops
 from .layout import plan_chunk
-from .planning import Bucket
+from .records import Bucket
 
 c10d = torch.ops._c10d_functional
 aten = torch.ops.aten
@@ -106,6 +106,11 @@ class MetaEvaluator:
         return meta
 
 
+# Where a node came from: what tlparse, profiler traces and error messages read.
+PROVENANCE_KEYS = ("stack_trace", "nn_module_stack", "fwd_nn_module_stack", "source_fn_stack", "seq_nr",
+                   "original_aten", "from_node")
+
+
 def emit_bucket(graph: fx.Graph, bucket: Bucket, meta: MetaEvaluator, alignment: int,
                 copy_out: str = "copy") -> EmittedBucket:
     created: list[fx.Node] = []
@@ -115,11 +120,24 @@ def emit_bucket(graph: fx.Graph, bucket: Bucket, meta: MetaEvaluator, alignment:
             "reduce_scatter": _emit_reduce_scatter,
             "all_reduce": _emit_all_reduce,
         }[bucket.kind]
-        return emit(graph, bucket, meta, alignment, copy_out, created)
+        emitted = emit(graph, bucket, meta, alignment, copy_out, created)
     except Exception:
         for node in reversed(created):
             graph.erase_node(node)
         raise
+    # The bucket's nodes point at its first member's code; each member's own
+    # output at that member's wait.
+    copy_provenance(bucket.members[0].node, created)
+    for m, out in zip(bucket.members, emitted.outputs):
+        if out is not None:
+            copy_provenance(m.wait, [out])
+    return emitted
+
+
+def copy_provenance(source: fx.Node, nodes: list[fx.Node]) -> None:
+    carried = {k: source.meta[k] for k in PROVENANCE_KEYS if k in source.meta}
+    for node in nodes:
+        node.meta.update(carried)
 
 
 def _users_count(c) -> int:

@@ -68,7 +68,9 @@ def _torch_apply(gm: fx.GraphModule, **options) -> None:
     gm.recompile()
 
 
-class _TorchInductorPass:
+class TorchInductorPass:
+    """torch's built-in bucketing (`bucket_all_gather` & co.) as a `post_grad_custom_post_pass`."""
+
     def __init__(self, **options):
         self.options = options
 
@@ -184,7 +186,7 @@ def _torch() -> PassAdapter:
         name="torch",
         expectations=BUCKETING,
         apply_fx=_torch_apply,
-        inductor_pass=lambda **options: _TorchInductorPass(**options),
+        inductor_pass=lambda **options: TorchInductorPass(**options),
         expected_failures=dict(TORCH_EXPECTED_FAILURES),
     )
 
@@ -235,7 +237,7 @@ def _gpu_figures_without_triton():
         yield
 
 
-class _TorchManualInductorPass(_TorchInductorPass):
+class _TorchManualInductorPass(TorchInductorPass):
     def __call__(self, graph: fx.Graph) -> None:
         _torch_manual_apply(graph.owning_module, **self.options)
 

@@ -15,8 +15,8 @@ bf16, f32 = torch.bfloat16, torch.float32
 def _plan(gm, **options):
     opts = make_options(**options)
     found, _ = find_collectives(gm.graph, opts.collectives, opts.fuse_casts)
-    buckets, skipped, _, _ = plan_buckets(gm.graph, found, opts)
-    return [[m.node.name for m in b.members] for b in buckets], skipped
+    planned = plan_buckets(gm.graph, found, opts)
+    return [[m.node.name for m in b.members] for b in planned.buckets], planned.over_cap
 
 
 def test_multidtype_all_gathers_share_a_key(group_name):

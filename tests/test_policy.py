@@ -5,7 +5,7 @@ import copy
 import torch
 
 import bucketing.core as bc
-from bucketing.policy import estimate_peak_bytes
+from bucketing.memory import estimate_peak_bytes
 
 from .conftest import ag, trace
 

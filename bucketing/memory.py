@@ -1,0 +1,187 @@
+"""Memory: live bytes along the graph, what each bucket adds, and splits to a budget.
+
+Merging holds bytes longer than the unbucketed program does: a bucket's
+inputs wait for its issue, its result waits for its first use. After
+planning, buckets that raise the estimated peak beyond the memory budget are
+halved where the peak is, until the estimate fits.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.fx as fx
+
+from .records import Bucket
+from .schedule import issue_positions
+
+# Merging adds at most this many times the merged bytes at any point (inputs
+# and results held longer, one packed copy); the sweep is skipped when even that fits.
+MAX_GROWTH_PER_MERGED_BYTE = 4
+
+
+def bucket_extra_intervals(bucket, whens: dict, issue: int, views: bool = False) -> list[tuple[int, int, int]]:
+    """(start, end inclusive, bytes): how merging changes live bytes (negative: frees).
+
+    With the default copy-out, the merged result lives from the bucket's issue
+    to its first use, where one op copies every member out; each member then
+    lives to its own last use, in place of its own collective's result. With
+    `views` (copy_out="views") members share the merged buffer, which exists
+    from the issue and is held until every member is read (an all-gather
+    member's clone is made at its first use; reduce-scatter and all-reduce
+    members are slices, held to the bucket's last use). Either way an input
+    read after its own collective's place is held until the issue. The
+    packed input, and the copy-out's moment when the merged result and its
+    members coexist, are bounded by the cap and not counted here.
+    """
+    ws = [whens[m.node] for m in bucket.members]
+    first_use = min(w.first_use for w in ws)
+    out = []
+    if views:
+        held_until = max(w.first_use if bucket.kind == "all_gather" else w.last_use for w in ws)
+        for w in ws:
+            if issue < w.position:
+                out.append((issue, w.position - 1, w.out_bytes))
+            if w.last_use < held_until:
+                out.append((w.last_use + 1, held_until, w.out_bytes))
+    else:
+        out.append((issue, first_use - 1, sum(w.out_bytes for w in ws)))
+        for w in ws:
+            out.append((first_use, w.last_use, w.out_bytes))
+            out.append((w.position, w.last_use, -w.out_bytes))
+    for w in ws:
+        if issue > w.position:
+            out.append((w.position + 1, issue, w.in_bytes))
+    return out
+
+
+def peak_of(intervals: list[tuple[int, int, int]]) -> int:
+    events: dict[int, int] = {}
+    for start, end, size in intervals:
+        events[start] = events.get(start, 0) + size
+        events[end + 1] = events.get(end + 1, 0) - size
+    live = peak = 0
+    for t in sorted(events):
+        live += events[t]
+        peak = max(peak, live)
+    return peak
+
+
+def extra_peak_bytes(bucket: Bucket, whens: dict, issue: int, views: bool = False) -> int:
+    """The most this bucket alone adds to live bytes at any point."""
+    return peak_of(bucket_extra_intervals(bucket, whens, issue, views))
+
+
+def split_to_budget(buckets: list[Bucket], whens: dict, graph: fx.Graph, budget: float,
+                    views: bool = False) -> list[Bucket]:
+    """The buckets, halved where needed so the estimated peak stays within `budget` bytes of the unbucketed one."""
+    merged_bytes = sum(b.nbytes for b in buckets if len(b.members) > 1 and not b.explicit)
+    if MAX_GROWTH_PER_MERGED_BYTE * merged_bytes <= budget:
+        return buckets
+    return split_for_memory(buckets, whens, live_bytes(graph), budget, views)
+
+
+def split_for_memory(buckets: list, whens: dict, base_live: list[int], budget: float, views: bool = False) -> list:
+    """Halve the bucket that adds most at the estimated peak until it is within `budget` of the unbucketed one."""
+    limit = max(base_live, default=0) + budget
+    size = len(base_live) + 2
+    while True:
+        issue = issue_positions(buckets, whens)
+        extra = [0] * size
+        per_bucket = {}
+        for b in buckets:
+            if len(b.members) < 2 or b.explicit:  # the user's module_buckets entries stay whole
+                continue
+            per_bucket[id(b)] = intervals = bucket_extra_intervals(b, whens, issue[id(b)], views)
+            for start, end, nbytes in intervals:
+                extra[start] += nbytes
+                extra[end + 1] -= nbytes
+        live, worst, at = 0, -1, 0
+        for t, base in enumerate(base_live):
+            live += extra[t]
+            if base + live > worst:
+                worst, at = base + live, t
+        if worst <= limit:
+            return buckets
+
+        adds = {bid: sum(n for s, e, n in spans if s <= at <= e) for bid, spans in per_bucket.items()}
+        culprit = max(buckets, key=lambda b: adds.get(id(b), 0))
+        if adds.get(id(culprit), 0) == 0:
+            return buckets
+        i = next(k for k, b in enumerate(buckets) if b is culprit)
+        buckets[i:i + 1] = halve(culprit, f"split to keep the estimated peak within the memory budget "
+                                          f"({budget:.0f} bytes over the unbucketed peak)")
+
+
+def halve(bucket, why: str) -> list:
+    """Two buckets of about half the bytes each, members in graph order.
+
+    Balanced parts keep the most merging; any split of a legal bucket is legal
+    (a part cannot depend on the other, which the whole could not).
+    """
+    members = bucket.members
+    cut, running = 1, members[0].nbytes
+    while cut < len(members) - 1 and running < bucket.nbytes / 2:
+        running += members[cut].nbytes
+        cut += 1
+    return [bucket.part(members[:cut], why), bucket.part(members[cut:], why)]
+
+
+def live_bytes(graph: fx.Graph) -> list[int]:
+    """Live tensor bytes at each node position.
+
+    A tensor is allocated by the node that makes it and lives until the last
+    user of it or of any view of it (views, including a collective's wait, add
+    no bytes). An op returning several tensors counts each at its `getitem`,
+    so each is freed on its own. Graph inputs are not counted. A coarse estimate, the same for
+    every variant, good enough to compare plans of one graph.
+    """
+    order: dict[fx.Node, int] = {}
+    owner: dict[fx.Node, fx.Node] = {}
+    last_use: dict[fx.Node, int] = {}
+    for i, node in enumerate(graph.nodes):
+        order[node] = i
+        inputs = node.all_input_nodes
+        owner[node] = owner[inputs[0]] if inputs and _is_alias(node) else node
+        for inp in inputs:
+            last_use[owner[inp]] = i
+    frees: dict[int, int] = {}
+    live = 0
+    out = []
+    for node in graph.nodes:
+        val = node.meta.get("val")
+        if owner[node] is node and node.op not in ("placeholder", "output", "get_attr") \
+                and not isinstance(val, (list, tuple)):
+            size = _nbytes(val)
+            live += size
+            end = last_use.get(node, order[node])
+            frees[end] = frees.get(end, 0) + size
+        out.append(live)
+        live -= frees.pop(order[node], 0)
+    return out
+
+
+def _is_alias(node: fx.Node) -> bool:
+    """Does the node return (a view of) its first input rather than new memory?"""
+    if node.op != "call_function":
+        return False
+    if node.target is torch.ops._c10d_functional.wait_tensor.default:
+        return True
+    schema = getattr(node.target, "_schema", None)
+    return bool(schema is not None and schema.returns and schema.returns[0].alias_info is not None)
+
+
+def estimate_peak_bytes(graph: fx.Graph) -> int:
+    return max(live_bytes(graph), default=0)
+
+
+def _nbytes(val) -> int:
+    if isinstance(val, torch.Tensor):
+        try:
+            return int(val.untyped_storage().nbytes())
+        except Exception:
+            return math.prod(int(s) if isinstance(s, int) else 1 for s in val.shape) * val.element_size()
+    if isinstance(val, (list, tuple)):
+        return sum(_nbytes(v) for v in val)
+    return 0

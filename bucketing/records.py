@@ -1,0 +1,84 @@
+"""The records the phases hand each other: why a collective was left alone,
+when one is needed, what a bucket spans, and the bucket itself.
+
+A leaf module: it imports nothing from the package, so every phase can use
+these types without importing another phase.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .collectives import Collective
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """A collective left as it was, and why."""
+
+    node_name: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class When:
+    """Where one collective sits and what it holds, in graph positions before the rewrite."""
+
+    position: int  # the collective itself
+    ready: int  # the producer of what it reads
+    first_use: int  # earliest user of its result
+    last_use: int  # latest user of its result
+    in_bytes: int
+    out_bytes: int
+    anchor_flops: float  # all-gathers: compute before the first use; reductions: before the input is ready
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """What a bucket's members cover: the anchor range, last input, first use."""
+
+    low: float
+    high: float
+    ready: int
+    first_use: int
+
+    @staticmethod
+    def of(w: When) -> Span:
+        return Span(w.anchor_flops, w.anchor_flops, w.ready, w.first_use)
+
+    def add(self, w: When) -> Span:
+        return Span(min(self.low, w.anchor_flops), max(self.high, w.anchor_flops),
+                    max(self.ready, w.ready), min(self.first_use, w.first_use))
+
+
+@dataclasses.dataclass
+class Bucket:
+    """Collectives merged into one; `index` counts buckets of one kind in graph order."""
+
+    index: int
+    kind: str
+    key: tuple
+    cap_bytes: float
+    members: list[Collective] = dataclasses.field(default_factory=list)
+    nbytes: int = 0  # payload bytes, the larger side of each member; padding excluded
+    span: Span | None = None  # what the locality rules track
+    # Why no other collective joined (set while planning; read when it stays alone).
+    alone_reason: str = ""
+    module: str | None = None  # the module unit it holds (a block or a module_buckets entry)
+    explicit: bool = False  # a module_buckets entry: the memory split leaves it whole
+
+    def part(self, members: list[Collective], alone_reason: str = "") -> Bucket:
+        """A bucket of some of these members (a split keeps key, index and cap)."""
+        return Bucket(self.index, self.kind, self.key, self.cap_bytes, list(members),
+                      sum(m.nbytes for m in members), alone_reason=alone_reason,
+                      module=self.module, explicit=self.explicit)
+
+    @property
+    def group_name(self) -> str:
+        return self.members[0].group_name
+
+    @property
+    def reduce_op(self) -> str | None:
+        return self.members[0].reduce_op

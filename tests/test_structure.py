@@ -1,0 +1,113 @@
+"""The package's shape: no import cycles, a cache key over the pass's own modules,
+new nodes that point at the user's code, no dependence on an ambient fake mode."""
+
+import ast
+import os
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import bucketing.core as bc
+
+from .conftest import ag, rs, trace
+
+bf16, f32 = torch.bfloat16, torch.float32
+PACKAGE = os.path.dirname(bc.__file__)
+# Entry points beside the pass: they import it, it never imports them.
+NOT_THE_PASS = {"demo", "__main__"}
+
+
+def _package_imports() -> dict[str, set[str]]:
+    """Module name -> the package modules it imports at run time (relative imports,
+    any depth in the file; `if TYPE_CHECKING:` imports are for annotations only)."""
+    graph = {}
+    for name in sorted(os.listdir(PACKAGE)):
+        if not name.endswith(".py"):
+            continue
+        module = name[:-3]
+        tree = ast.parse(open(os.path.join(PACKAGE, name)).read())
+        typing_only = {id(n) for block in ast.walk(tree)
+                       if isinstance(block, ast.If) and ast.unparse(block.test).endswith("TYPE_CHECKING")
+                       for n in ast.walk(block)}
+        deps = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and id(node) not in typing_only:
+                if node.module:
+                    deps.add(node.module.split(".")[0])
+                else:
+                    deps.update(alias.name for alias in node.names)
+        graph[module] = deps - {module}
+    return graph
+
+
+def test_the_package_import_graph_has_no_cycle():
+    graph = _package_imports()
+    state: dict[str, str] = {}
+
+    def visit(module, path):
+        if state.get(module) == "done":
+            return
+        assert state.get(module) != "open", f"import cycle: {' -> '.join(path + [module])}"
+        state[module] = "open"
+        for dep in sorted(graph.get(module, ())):
+            visit(dep, path + [module])
+        state[module] = "done"
+
+    for module in graph:
+        visit(module, [])
+
+
+def test_the_cache_key_hashes_every_module_the_pass_runs_and_nothing_else():
+    modules = set(_package_imports())
+    assert set(bc.PASS_MODULES) == modules - NOT_THE_PASS
+    # The pass never imports the entry points whose edits must not invalidate caches.
+    for module, deps in _package_imports().items():
+        if module not in NOT_THE_PASS:
+            assert not deps & NOT_THE_PASS, (module, deps)
+
+
+def test_new_nodes_carry_the_members_provenance(group_name):
+    gm = trace(lambda a, b: (ag(a, group_name), ag(b, group_name)), ((3,), f32), ((5,), bf16))
+    collectives = [n for n in gm.graph.nodes if n.target is torch.ops._c10d_functional.all_gather_into_tensor.default]
+    waits = [next(iter(n.users)) for n in collectives]
+    for k, (c, w) in enumerate(zip(collectives, waits)):
+        c.meta["stack_trace"] = f'File "model.py", line {10 + k}, in forward'
+        c.meta["nn_module_stack"] = {"L__self___layers_0": ("L['self'].layers.0", torch.nn.Linear)}
+        w.meta["stack_trace"] = f'File "model.py", line {20 + k}, in forward'
+    old = set(gm.graph.nodes)
+    plan = bc.bucket_collectives(gm)
+    assert len(plan.buckets) == 1
+    new = [n for n in gm.graph.nodes if n not in old and n.op == "call_function"]
+    assert new
+    for node in new:
+        assert "model.py" in node.meta.get("stack_trace", ""), node.format_node()
+        assert "L__self___layers_0" in node.meta.get("nn_module_stack", {}), node.format_node()
+    merged = next(n for n in new if n.target is torch.ops._c10d_functional.all_gather_into_tensor.default)
+    assert "line 10" in merged.meta["stack_trace"]
+    # Each member's output points at its own wait.
+    outputs = [n for n in new if n.target.__name__ == "getitem"]
+    assert [o.meta["stack_trace"].rsplit("line ", 1)[1][:2] for o in outputs] == ["20", "21"]
+
+
+def test_an_ambient_fake_mode_changes_nothing(group_name):
+    def program(a, b, c):
+        return ag(a, group_name), ag(b, group_name), rs(c, group_name), rs(c * 2, group_name)
+
+    specs = (((3,), f32), ((5,), bf16), ((8,), f32))
+    plain = trace(program, *specs)
+    bc.bucket_collectives(plain)
+    ambient = trace(program, *specs)
+    with FakeTensorMode():
+        plan = bc.bucket_collectives(ambient)
+    assert len(plan.buckets) == 2
+    assert ambient.code == plain.code
+
+
+def test_reported_positions_are_positions_in_the_bucketed_graph(group_name):
+    gm = trace(lambda a, b: (ag(a, group_name) + 1, ag(b, group_name) * 2), ((3,), f32), ((5,), f32))
+    (b,) = bc.bucket_collectives(gm).buckets
+    nodes = list(gm.graph.nodes)
+    assert nodes[b.issued_at].name == b.collective
+    first_user = nodes[b.first_use]
+    assert first_user.target in (torch.ops.aten.add.Tensor, torch.ops.aten.mul.Tensor), first_user.format_node()
+    assert "(positions in the bucketed graph)" in bc.explain(bc.Plan([b], []))
