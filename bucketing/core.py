@@ -73,21 +73,13 @@ def _plan_and_rewrite(graph: fx.Graph, opts: BucketingOptions) -> Plan:
         return Plan([], skipped, time.perf_counter() - start)
     snapshot = ordering.GraphSnapshot(graph)  # positions before any new node
     emitted = _emit(graph, planned.merged, opts, skipped)
-    reports = []
-    if emitted:
-        views = opts.copy_out == "views"
-        issue_at = schedule.issue_positions([e.bucket for e in emitted], planned.whens)
-        extra_peak = [memory.extra_peak_bytes(e.bucket, planned.whens, issue_at[id(e.bucket)], views)
-                      for e in emitted]
-        for e in emitted:
-            replace_members(graph, e)
-        ordering.place(graph, snapshot, emitted, issue_at)
-        reports = [report.describe(e, extra) for e, extra in zip(emitted, extra_peak)]
-        if opts.verify_plan_across_ranks:
-            _insert_plan_check(graph, reports)
-        bucketed = cost.Timeline(graph)
-        reports = [report.locate(r, e, bucketed) for r, e in zip(reports, emitted)]
-        graph.lint()
+    if not emitted:
+        return Plan([], skipped, time.perf_counter() - start)
+    issue_at = schedule.issue_positions([e.bucket for e in emitted], planned.whens)
+    replace_members(graph, emitted)
+    ordering.place(graph, snapshot, emitted, issue_at)
+    reports = _describe(graph, emitted, planned.whens, issue_at, opts)
+    graph.lint()
     return Plan(reports, skipped, time.perf_counter() - start)
 
 
@@ -102,6 +94,17 @@ def _emit(graph: fx.Graph, buckets: list, opts: BucketingOptions, skipped: list)
             log.warning("bucketing: left bucket %s unmerged: %s: %s", bucket.index, type(exc).__name__, exc)
             skipped.extend(report.skipped_members(bucket, f"rewrite failed: {exc}"))
     return emitted
+
+
+def _describe(graph: fx.Graph, emitted: list, whens: dict, issue_at: dict, opts: BucketingOptions) -> list:
+    """The bucket reports; the cross-rank plan check goes in before positions are taken."""
+    views = opts.copy_out == "views"
+    reports = [report.describe(e, memory.extra_peak_bytes(e.bucket, whens, issue_at[id(e.bucket)], views))
+               for e in emitted]
+    if opts.verify_plan_across_ranks:
+        _insert_plan_check(graph, reports)
+    bucketed = cost.Timeline(graph)
+    return [report.locate(r, e, bucketed) for r, e in zip(reports, emitted)]
 
 
 _plan_checks_inserted = itertools.count()

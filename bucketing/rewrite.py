@@ -311,12 +311,13 @@ def _split_outputs(graph, meta, created, flat_result, members, numels, shapes,
     return outputs, []
 
 
-def replace_members(graph: fx.Graph, emitted: EmittedBucket) -> None:
-    """Point every user of a member's wait at the copy-out; drop the old nodes."""
-    for m, out in zip(emitted.bucket.members, emitted.outputs):
-        if out is not None:
-            m.wait.replace_all_uses_with(out)
-        graph.erase_node(m.wait)
-        graph.erase_node(m.node)
-        if m.cast_source is not None and not m.input.users:
-            graph.erase_node(m.input)
+def replace_members(graph: fx.Graph, emitted: list[EmittedBucket]) -> None:
+    """Point every user of a member's wait at its copy-out; drop the old nodes."""
+    for e in emitted:
+        for m, out in zip(e.bucket.members, e.outputs):
+            if out is not None:
+                m.wait.replace_all_uses_with(out)
+            graph.erase_node(m.wait)
+            graph.erase_node(m.node)
+            if m.cast_source is not None and not m.input.users:
+                graph.erase_node(m.input)
