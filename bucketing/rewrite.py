@@ -107,8 +107,9 @@ class MetaEvaluator:
 
 
 # Where a node came from: what tlparse, profiler traces and error messages read.
+# Not "original_aten": a new node is not the op its member was.
 PROVENANCE_KEYS = ("stack_trace", "nn_module_stack", "fwd_nn_module_stack", "source_fn_stack", "seq_nr",
-                   "original_aten", "from_node")
+                   "from_node")
 
 
 def emit_bucket(graph: fx.Graph, bucket: Bucket, meta: MetaEvaluator, alignment: int,
