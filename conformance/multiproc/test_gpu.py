@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from conformance import catalog
+from conformance import catalog, verdict
 from conformance.gpu import backend_for, suitable_gpu
 from conformance.pool import raise_on_failure
-
-from .test_fx_catalog import _check
 
 GPU_CASES = [
     "ag-pair-bf16-f32", "ag-3way", "ag-8way", "ag-12way", "ag-bf16-f32-odd", "ag-bf16-f32-large",
@@ -49,7 +47,8 @@ def test_cuda_case(name, world_size, cuda_ready, rank_pools, bucketing_adapter, 
         for rank, r in enumerate(results):
             assert r["diff"] is None, f"{case_id}: rank {rank}: {r['diff']}\n{r['plan']}"
     else:
-        _check(case_id, results, bucketing_adapter)
+        failure = verdict.fx(case_id, results, bucketing_adapter)
+        assert failure is None, failure
 
 
 @pytest.mark.gpu
