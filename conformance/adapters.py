@@ -33,6 +33,7 @@ class PassAdapter:
     inductor_pass: Callable[..., object] | None = None  # (**options) -> post_grad_custom_post_pass
     # case-id glob -> reason; matching cases are expected to fail.
     expected_failures: dict[str, str] = dataclasses.field(default_factory=dict)
+    spec: str = ""  # how it was named to `load` ("torch", "pkg.mod:obj"); rank tasks load it again by this
 
     def xfail_reason(self, case_id: str) -> str | None:
         for pattern, reason in self.expected_failures.items():
@@ -265,13 +266,29 @@ BUILTIN = {"project": _project, "torch": _torch, "torch-manual": _torch_manual, 
 
 def load(spec: str) -> PassAdapter:
     if spec in BUILTIN:
-        return BUILTIN[spec]()
+        return dataclasses.replace(BUILTIN[spec](), spec=spec)
     if ":" not in spec:
         raise ValueError(f"--bucketing-pass must be one of {sorted(BUILTIN)} or module:object, got {spec!r}")
     module, name = spec.split(":", 1)
     obj = getattr(importlib.import_module(module), name)
-    if isinstance(obj, PassAdapter):
-        return obj
-    if callable(obj):
-        return PassAdapter(name=spec, expectations=SEMANTICS_ONLY, apply_fx=obj)
+    if isinstance(obj, PassAdapter) or callable(obj):
+        return dataclasses.replace(resolve(obj), spec=spec)
     raise ValueError(f"--bucketing-pass {spec!r} is neither a PassAdapter nor callable")
+
+
+def resolve(adapter) -> PassAdapter:
+    """A PassAdapter from a name or "module:object" (see `load`), a PassAdapter, or a
+    callable `fn(gm, **options)` (checked for results only)."""
+    if isinstance(adapter, PassAdapter):
+        return adapter
+    if isinstance(adapter, str):
+        return load(adapter)
+    if callable(adapter):
+        name = f"{getattr(adapter, '__module__', '?')}:{getattr(adapter, '__qualname__', repr(adapter))}"
+        return PassAdapter(name=name, expectations=SEMANTICS_ONLY, apply_fx=adapter)
+    raise ValueError(f"adapter must be a name, 'module:object', a PassAdapter or a callable, got {adapter!r}")
+
+
+def load_many(specs: str) -> list[PassAdapter]:
+    """`--bucketing-pass=project,torch,pkg.mod:adapter`: one adapter per comma-separated spec."""
+    return [load(spec.strip()) for spec in specs.split(",") if spec.strip()]

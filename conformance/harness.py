@@ -114,19 +114,19 @@ def trace(case: catalog.Case, groups: dict, inputs) -> fx.GraphModule:
     return make_fx(build(case.steps, groups), tracing_mode="fake")(*inputs)
 
 
-def run_fx_case(ctx, case_id: str, adapter_spec: str) -> dict:
+def run_fx_case(ctx, case_id: str, adapter_spec) -> dict:
     """Rank task: the FX-level check of one catalog case."""
     case, world = catalog.get(case_id)
     assert world == ctx.world_size, (case_id, ctx.world_size)
     return check_steps(ctx, case.steps, case.options_for(world), case.name, adapter_spec)
 
 
-def check_steps(ctx, steps, options: dict, seed_text: str, adapter_spec: str = "project") -> dict:
+def check_steps(ctx, steps, options: dict, seed_text: str, adapter_spec="project") -> dict:
     """Rank task body: trace `steps`, apply the pass, run both graphs, compare bytes."""
     from .programs import Step
 
     steps = tuple(s if isinstance(s, Step) else Step(**s) for s in steps)
-    adapter = adapters.load(adapter_spec)
+    adapter = adapters.resolve(adapter_spec)
     inputs = make_inputs(steps, ctx.groups, seed_text, ctx.rank, ctx.device)
     case = catalog.Case(seed_text, steps, None)
     reference = trace(case, ctx.groups, inputs)
@@ -166,12 +166,12 @@ def _plan_text(plan) -> str:
     return "" if plan is None else repr(plan)
 
 
-def run_inductor_case(ctx, case_id: str, adapter_spec: str) -> dict:
+def run_inductor_case(ctx, case_id: str, adapter_spec) -> dict:
     """Rank task: compile the case with and without the pass; compare with eager, bit for bit."""
     from .compiled import compile_and_run
 
     case, world = catalog.get(case_id)
-    adapter = adapters.load(adapter_spec)
+    adapter = adapters.resolve(adapter_spec)
     program = build(case.steps, ctx.groups)
     inputs = make_inputs(case.steps, ctx.groups, case.name, ctx.rank, ctx.device)
     eager = program(*inputs)

@@ -10,7 +10,8 @@ def pytest_addoption(parser):
     group.addoption(
         "--bucketing-pass",
         default="project",
-        help="pass under test: project | torch | identity | module:object (default: project)",
+        help="pass(es) under test, comma-separated: project | torch | torch-manual | identity | module:object "
+             "(default: project); test ids carry each adapter's name",
     )
     group.addoption(
         "--conformance-device",
@@ -50,11 +51,18 @@ class PoolSet:
             pool.close()
 
 
+def pytest_generate_tests(metafunc):
+    if "bucketing_adapter" in metafunc.fixturenames:
+        specs = [s.strip() for s in metafunc.config.getoption("--bucketing-pass").split(",") if s.strip()]
+        metafunc.parametrize("bucketing_adapter", specs, indirect=True, ids=specs, scope="session")
+
+
 @pytest.fixture(scope="session")
 def bucketing_adapter(request):
+    """The adapter under test (one per spec of --bucketing-pass)."""
     from .adapters import load
 
-    return load(request.config.getoption("--bucketing-pass"))
+    return load(request.param)
 
 
 @pytest.fixture(scope="session")

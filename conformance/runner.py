@@ -26,16 +26,11 @@ import signal
 import sys
 import threading
 import time
-import traceback
 import xml.etree.ElementTree as ET
 from datetime import timedelta
 
-from . import adapters, catalog, harness, verdict
-
-LEVELS = {
-    "fx": (harness.run_fx_case, verdict.fx),
-    "inductor": (harness.run_inductor_case, verdict.inductor),
-}
+from . import adapters, catalog
+from .checking import LEVELS, check_on_rank
 
 
 @dataclasses.dataclass
@@ -122,7 +117,6 @@ def main(argv=None) -> int:
     control = dist.new_group(backend="gloo", timeout=timeout * 2)
     ctx = RankContext(rank, world, backend, device, _make_groups(world))
     adapter = adapters.load(args.bucketing_pass)
-    task, judge = LEVELS[args.level]
     case_ids = select(world, args.patterns, set(ctx.groups))
     suite = f"conformance.{args.level}.{adapter.name}.w{world}"
     outcomes: list[Outcome] = []
@@ -163,35 +157,26 @@ def main(argv=None) -> int:
         watchdog = threading.Timer(args.case_timeout, overtime, (case_id,))
         watchdog.daemon = True
         watchdog.start()
-        value, error = None, None
         try:
-            value = task(ctx, case_id, args.bucketing_pass)
-        except BaseException:
-            error = traceback.format_exc()
-        watchdog.cancel()
-        gathered = [None] * world
-        try:
-            dist.all_gather_object(gathered, (value, error), group=control)
+            status, message = check_on_rank(ctx, case_id, adapter, args.level, group=control)
         except BaseException as exc:
             print(f"conformance: rank {rank}: stopped in case {case_id}: a rank failed or died "
                   f"({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
             finish(Outcome(case_id, "error", time.perf_counter() - current["start"], f"a rank failed or died: {exc}"))
             os._exit(1)
+        watchdog.cancel()
         seconds = time.perf_counter() - current["start"]
-        errors = [(r, e) for r, (_, e) in enumerate(gathered) if e is not None]
-        if errors:
-            r, e = errors[0]
-            outcomes.append(Outcome(case_id, "error", seconds, f"{case_id}: rank {r} raised:\n{e}"))
-            say(f"ERROR   {case_id} ({seconds:.1f}s): rank {r} raised; stopping\n{e}")
+        if status == "broken":
+            outcomes.append(Outcome(case_id, "error", seconds, message))
+            say(f"ERROR   {case_id} ({seconds:.1f}s): {message}\nconformance: stopping: the ranks are out of step")
             break
-        failure = judge(case_id, [v for v, _ in gathered], adapter)
         reason = adapter.xfail_reason(case_id)
         if reason:
-            status, message = ("xfailed", reason) if failure else ("xpassed", f"expected to fail ({reason}) but passed")
-        else:
-            status, message = ("failed", failure) if failure else ("passed", "")
+            status, message = ("xpassed", f"expected to fail ({reason}) but passed") if status == "passed" \
+                else ("xfailed", f"{reason}\n{message}")
         outcomes.append(Outcome(case_id, status, seconds, message))
-        say(f"{status.upper():<7} {case_id} ({seconds:.1f}s)" + (f"\n{message}" if status in ("failed", "xpassed") else ""))
+        say(f"{status.upper():<7} {case_id} ({seconds:.1f}s)" +
+            (f"\n{message}" if status in ("failed", "xpassed", "error") else ""))
 
     current["case"] = None
     summary = {s: sum(o.status == s for o in outcomes) for s in ("passed", "failed", "xfailed", "xpassed", "error")}

@@ -16,7 +16,7 @@ def test_fsdp_forward_backward(world_size, bucketing_adapter, rank_pools, reques
     inductor_case(bucketing_adapter, f"fsdp-autograd-w{world_size}", request)
     results = raise_on_failure(
         rank_pools.get(world_size).run("conformance.harness:run_fsdp_autograd", timeout_s=600,
-                                       adapter_spec=request.config.getoption("--bucketing-pass")),
+                                       adapter_spec=bucketing_adapter.spec),
         "fsdp autograd",
     )
     for rank, r in enumerate(results):
@@ -40,7 +40,7 @@ def test_fsdp_layered_buckets_prefetch_and_stay_bit_identical(bucketing_adapter,
     layers = 3
     results = raise_on_failure(
         rank_pools.get(2).run("conformance.harness:run_fsdp_autograd", timeout_s=600,
-                              adapter_spec=request.config.getoption("--bucketing-pass"),
+                              adapter_spec=bucketing_adapter.spec,
                               layers=layers, options={"locality_flops": 0}),
         "fsdp autograd, layered",
     )

@@ -38,7 +38,7 @@ def test_random_programs(world_size, rank_pools, bucketing_adapter, request):
     if reason:
         request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
     pool = rank_pools.get(world_size)
-    adapter_spec = request.config.getoption("--bucketing-pass")
+    adapter_spec = bucketing_adapter.spec
 
     # Shrinking restarts the rank pool per attempt; FUZZ_SHRINK=1 turns it on.
     phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if os.environ.get("FUZZ_SHRINK") == "1" else [])

@@ -19,8 +19,7 @@ def test_fx_case(case_id, bucketing_adapter, rank_pools, request):
     pool = rank_pools.get(world)
     results = raise_on_failure(
         pool.run("conformance.harness:run_fx_case", timeout_s=CASE_TIMEOUT_S, case_id=case_id,
-                 adapter_spec=bucketing_adapter.name if bucketing_adapter.name in ("project", "torch", "identity")
-                 else request.config.getoption("--bucketing-pass")),
+                 adapter_spec=bucketing_adapter.spec),
         case_id,
     )
     failure = verdict.fx(case_id, results, bucketing_adapter)

@@ -38,7 +38,7 @@ def test_cuda_case(name, world_size, cuda_ready, rank_pools, bucketing_adapter, 
     results = raise_on_failure(
         rank_pools.get(world_size, backend).run(
             "conformance.harness:run_fx_case", timeout_s=300, case_id=case_id,
-            adapter_spec=request.config.getoption("--bucketing-pass"),
+            adapter_spec=bucketing_adapter.spec,
         ),
         f"{case_id} ({backend})",
     )

@@ -40,7 +40,7 @@ def test_inductor_case(case_id, bucketing_adapter, rank_pools, request):
     results = raise_on_failure(
         rank_pools.get(world).run(
             "conformance.harness:run_inductor_case", timeout_s=600, case_id=case_id,
-            adapter_spec=request.config.getoption("--bucketing-pass"),
+            adapter_spec=bucketing_adapter.spec,
         ),
         case_id,
     )

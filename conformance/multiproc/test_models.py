@@ -30,7 +30,7 @@ def test_model_trains_bit_identically(model_id, world_size, bucketing_adapter, r
     results = raise_on_failure(
         rank_pools.get(world_size).run(
             "conformance.models.training:run_model_case", timeout_s=900, model_id=model_id,
-            adapter_spec=request.config.getoption("--bucketing-pass"), variants=spec.variants(), steps=STEPS,
+            adapter_spec=bucketing_adapter.spec, variants=spec.variants(), steps=STEPS,
         ),
         model_id,
     )
