@@ -22,6 +22,6 @@ def swap_bytes(gm, **options):
         if node.target is c10d.wait_tensor.default and node.args[0].target is c10d.all_gather_into_tensor.default:
             with gm.graph.inserting_after(node):
                 swapped = gm.graph.call_function(_swap_first_two_bytes, (node,))
-            node.replace_all_uses_with(swapped, delete_user_cb=lambda user: user is not swapped)
+            node.replace_all_uses_with(swapped, delete_user_cb=lambda user, s=swapped: user is not s)
             break
     gm.recompile()
