@@ -170,6 +170,8 @@ TORCH_EXPECTED_FAILURES = {
     "ag-single-u8-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
     "ag-slice-input-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
     "ag-subgroups-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
+    "ag-halves-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
+    "rs-strided-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
     "ag-two-groups-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
     "ag-users-between-w*": "leaves a node used before it is defined when a member's user sits between members (graph fails lint)",
     "ar-per-dtype-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",

@@ -163,6 +163,12 @@ def _cases() -> list[Case]:
              {"all_gather": 2}, note="interleaved across two process groups"))
     add(Case("ag-subgroups", tuple(ag(f32, 3 + i, group="world" if i % 2 else "pairs") for i in range(6)),
              {"all_gather": 2}, world_sizes=(4,), note="interleaved with dist.new_subgroups(2) groups"))
+    add(Case("ag-halves", tuple(ag(bf16 if i % 3 else f32, 3 + i, group="world" if i % 2 else "halves")
+                                for i in range(6)),
+             {"all_gather": 2}, world_sizes=(4,), note="interleaved with groups of half the ranks"))
+    add(Case("rs-strided", tuple(rs(f32, 3 + i, group="world" if i % 2 else "strided") for i in range(6)),
+             {"reduce_scatter": 2}, world_sizes=(4,),
+             note="interleaved with strided groups (even ranks, odd ranks): rank offsets inside a group"))
     add(Case("rs-two-groups", tuple(rs(f32, 3 + i, group="world" if i % 2 else "alt") for i in range(4)),
              {"reduce_scatter": 2}))
     add(Case("mixed-kinds", (ag(bf16, 5), rs(f32, 3), ar(f32, 4), ag(f32, 3), rs(f32, 2), ar(f32, 1), ag(i8, 7)),

@@ -57,6 +57,11 @@ def _make_groups(world_size: int) -> dict:
     if world_size % 2 == 0 and world_size > 2:
         mine, _ = dist.new_subgroups(group_size=2)
         groups["pairs"] = (mine.group_name, 2, mine)
+        half, _ = dist.new_subgroups(group_size=world_size // 2)
+        groups["halves"] = (half.group_name, world_size // 2, half)
+        strided, _ = dist.new_subgroups_by_enumeration(
+            [list(range(0, world_size, 2)), list(range(1, world_size, 2))])
+        groups["strided"] = (strided.group_name, world_size // 2, strided)
     return groups
 
 

@@ -8,8 +8,8 @@ Every rank joins the process group from the environment (NCCL where every
 rank has a GPU, gloo otherwise), runs the selected cases in lockstep with the
 same rank task and verdict as the pytest suite, and rank 0 prints each case
 and the summary and writes JUnit XML. A case runs at the launcher's world
-size wherever the process groups it uses exist (pairs need an even world of 4
-or more).
+size wherever the process groups it uses exist (pairs, halves and strided
+groups need an even world of 4 or more).
 
 Failure: a case that raises on any rank, runs past --case-timeout, or loses a
 rank stops every rank with the case id; rank 0 still writes the XML it has,

@@ -34,6 +34,7 @@ from . import adapters, runner
 from .checking import check_on_rank
 
 CASE_TIMEOUT = timedelta(seconds=300)
+SUBGROUPS = {"pairs", "halves", "strided"}  # made by pool._make_groups on even worlds of 4 or more
 
 
 def _verdict_path(main_pid: int, test_id: str) -> str:
@@ -72,7 +73,7 @@ class _Conformance:
             return
         adapter = adapters.resolve(cls.adapter)
         patterns = [cls.cases] if isinstance(cls.cases, str) else list(cls.cases)
-        groups = {"world", "alt"} | ({"pairs"} if cls.world_size % 2 == 0 and cls.world_size > 2 else set())
+        groups = {"world", "alt"} | (SUBGROUPS if cls.world_size % 2 == 0 and cls.world_size > 2 else set())
         for case_id in runner.select(cls.world_size, [p for p in patterns if p != "*"], groups):
             test = _case_test(case_id)
             if adapter.xfail_reason(case_id):
