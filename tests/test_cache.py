@@ -21,6 +21,7 @@ def _run(cache_dir, cap_mb):
 
 
 @pytest.mark.inductor
+@pytest.mark.first_release
 def test_warm_cache_hits_and_runs_without_the_pass_and_options_miss(tmp_path):
     cold = _run(tmp_path, 64.0)
     assert cold["miss"] >= 1 and cold["pass_ran"] and cold["correct"]

@@ -8,6 +8,7 @@ import pytest
 
 
 @pytest.mark.inductor
+@pytest.mark.first_release
 def test_demo_under_torchrun_is_bit_identical():
     env = dict(os.environ, OMP_NUM_THREADS="1")
     out = subprocess.run(

@@ -8,6 +8,10 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
+import pytest
+
+pytestmark = pytest.mark.first_release  # launcher checks, the same on every release
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
 
