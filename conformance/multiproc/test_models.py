@@ -20,6 +20,10 @@ from conformance.pool import raise_on_failure
 
 STEPS = 3
 
+# Variants left to 2 ranks, to keep the default session short: the Transformer's
+# module plan differs from its default policy's buckets only outside the blocks.
+TWO_RANKS_ONLY = {"transformer-bf16-f32": {"module_buckets"}}
+
 
 @pytest.mark.inductor
 @pytest.mark.parametrize("world_size", [2, pytest.param(4, marks=pytest.mark.first_release)])
@@ -27,10 +31,13 @@ STEPS = 3
 def test_model_trains_bit_identically(model_id, world_size, bucketing_adapter, rank_pools, request):
     inductor_case(bucketing_adapter, f"model:{model_id}-w{world_size}", request)
     spec = family.get(model_id)
+    variants = spec.variants()
+    if world_size > 2:
+        variants = {k: v for k, v in variants.items() if k not in TWO_RANKS_ONLY.get(model_id, ())}
     results = raise_on_failure(
         rank_pools.get(world_size).run(
             "conformance.models.training:run_model_case", timeout_s=900, model_id=model_id,
-            adapter_spec=bucketing_adapter.spec, variants=spec.variants(), steps=STEPS,
+            adapter_spec=bucketing_adapter.spec, variants=variants, steps=STEPS,
         ),
         model_id,
     )
@@ -45,7 +52,7 @@ def test_model_trains_bit_identically(model_id, world_size, bucketing_adapter, r
     assert (forward["all_gather"], backward["reduce_scatter"]) == spec.expect["unbucketed"]
     if bucketing_adapter.expectations != BUCKETING:
         return
-    for variant in spec.variants():
+    for variant in variants:
         after = first[variant]["after"]
         got = (after[0]["all_gather"], after[1]["reduce_scatter"])
         assert got == spec.expect[variant], f"{model_id} [{variant}]: {got}\n" + "\n".join(first[variant]["plans"])
@@ -62,6 +69,7 @@ TORCH_MANUAL_DIFFERS = {
 
 
 @pytest.mark.inductor
+@pytest.mark.first_release  # torch's pass compared on one release: its results are torch's to keep
 @pytest.mark.parametrize("model_id", sorted(m for m, spec in family.MODELS.items() if spec.module_plan))
 def test_torch_manual_bucketer_with_the_same_plan(model_id, rank_pools):
     """torch's `manual_overlap_bucketing` given the model's module plan (ours runs it in the test above).
