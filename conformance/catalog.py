@@ -124,7 +124,7 @@ def _cases() -> list[Case]:
         add(Case(f"ag-rank{rank_}", (ag(bf16, *shape), ag(f32, *shape), ag(i8, *shape)), {"all_gather": 1}))
 
     # Member counts, alternating bf16/f32.
-    for n in (1, 2, 17, 64, 300):
+    for n in (1, 2, 8, 17, 64, 300):
         steps = tuple(ag(bf16 if i % 2 else f32, 3 + i % 5) for i in range(n))
         add(Case(f"ag-members-{n}", steps, {"all_gather": 1} if n > 1 else None))
 

@@ -1,9 +1,11 @@
 """Data-driven checks on Inductor's generated code, one `.check` file per check.
 
-Each file names a catalog case (`; CASE:`) and the adapters it applies to
-(`; ADAPTERS:`, `*` for any bucketing pass); its CHECK lines run through the
-`filecheck` tool against the code Inductor generates for that case with the
-pass in its config, in a single process with a fake process group.
+Each file names a catalog case (`; CASE:`), the adapters it applies to
+(`; ADAPTERS:`, `*` for any bucketing pass) and optionally the targets
+(`; TARGETS:`, default every one: `cpu`, and the GPU presets `sm80`, `sm90`
+generated on this machine by conformance/fake_cuda.py); its CHECK lines run
+through the `filecheck` tool against the code Inductor generates for that case
+with the pass in its config, in a single process with a fake process group.
 """
 
 from __future__ import annotations
@@ -21,29 +23,31 @@ from conformance.adapters import BUCKETING
 CHECK_DIR = pathlib.Path(__file__).parent
 CHECK_FILES = sorted(CHECK_DIR.glob("*.check"))
 WORLD = 4
+TARGETS = ("cpu", "sm80", "sm90")
 
 
-def _header(path: pathlib.Path, key: str) -> str:
+def _header(path: pathlib.Path, key: str, default: str | None = None) -> str:
     match = re.search(rf"^; {key}:\s*(.+)$", path.read_text(), re.M)
+    if match is None and default is not None:
+        return default
     assert match, f"{path.name} lacks a '; {key}:' line"
     return match.group(1).strip()
 
 
-def generated_code(case_name: str, adapter) -> str:
-    from conformance.compiled import compile_and_run, fake_group
-    from conformance.programs import build, make_inputs
+def generated_code(case_name: str, adapter, target: str = "cpu") -> str:
+    from conformance.codegen import case_code
 
-    case = catalog.BY_NAME[case_name]
-    groups = fake_group(WORLD)
-    program = build(case.steps, groups)
-    inputs = make_inputs(case.steps, groups, case.name, 0)
-    _, code = compile_and_run(program, inputs, adapter.inductor_pass(**case.options_for(WORLD)), get_code=True)
-    return code
+    device, arch = ("cpu", None) if target == "cpu" else ("cuda", target)
+    return case_code(f"{case_name}-w{WORLD}", adapter, device, arch)
 
 
 @pytest.mark.inductor
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("check_file", CHECK_FILES, ids=[p.stem for p in CHECK_FILES])
-def test_codegen(check_file, bucketing_adapter):
+def test_codegen(check_file, target, bucketing_adapter):
+    targets = [t.strip() for t in _header(check_file, "TARGETS", ",".join(TARGETS)).split(",")]
+    if target not in targets:
+        pytest.skip(f"{check_file.name} is written for {targets}")
     adapters = [a.strip() for a in _header(check_file, "ADAPTERS").split(",")]
     if bucketing_adapter.inductor_pass is None or bucketing_adapter.expectations != BUCKETING:
         pytest.skip(f"{bucketing_adapter.name} is not checked for code structure")
@@ -52,7 +56,7 @@ def test_codegen(check_file, bucketing_adapter):
     reason = bucketing_adapter.xfail_reason(f"codegen:{check_file.stem}")
     if reason:
         pytest.xfail(reason)
-    code = generated_code(_header(check_file, "CASE"), bucketing_adapter)
+    code = generated_code(_header(check_file, "CASE"), bucketing_adapter, target)
     run = subprocess.run(
         [sys.executable, "-m", "filecheck", str(check_file)], input=code, capture_output=True, text=True
     )

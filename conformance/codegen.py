@@ -1,0 +1,183 @@
+"""The code Inductor generates for a catalog case, for the CPU or a GPU preset.
+
+    python -m conformance.codegen --device cuda --arch sm90 --case ag-bf16-f32-odd-w2 [--bucketing-pass NAME]
+
+prints the generated module (wrapper and kernels). For `--device cuda` nothing
+needs a GPU: the program is traced on the CPU, its post-autograd graph moved to
+`cuda`, and lowered inside `fake_cuda.target(arch)`, codegen only (no kernel is
+compiled or run). The pass under test runs where it runs in a user's compile:
+Inductor's post-grad custom pass, on the `cuda` graph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import re
+import sys
+from unittest import mock
+
+import torch
+import torch._dynamo
+from torch.utils._pytree import tree_map
+
+from . import adapters, catalog, fake_cuda
+from .compiled import fake_group
+from .programs import build, make_inputs
+
+DEVICES = ("cpu", "cuda")
+
+
+class CodegenError(RuntimeError):
+    """Inductor generated no code for the graph (nothing is returned that was not generated)."""
+
+
+def _to_cuda(x):
+    """A CPU tensor or fake tensor as a fake tensor of the same layout on `cuda`."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(x, torch.device):
+        return torch.device("cuda", 0) if x.type == "cpu" else x
+    if not isinstance(x, torch.Tensor):
+        return x
+    mode = x.fake_mode if isinstance(x, FakeTensor) else torch._guards.detect_fake_mode()
+    with mode:
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cuda")
+
+
+def _retarget(gm: torch.fx.GraphModule, inputs):
+    """Move an aten graph and its example inputs from the CPU to `cuda`, in place."""
+    for node in gm.graph.nodes:
+        if "val" in node.meta:
+            node.meta["val"] = tree_map(_to_cuda, node.meta["val"])
+        node.args = tree_map(_to_cuda, node.args)
+        node.kwargs = tree_map(_to_cuda, node.kwargs)
+    gm.recompile()
+    return [_to_cuda(x) for x in inputs]
+
+
+@contextlib.contextmanager
+def _codegen_only(sink: list[str]):
+    """Lowering writes the module's source into `sink` and compiles nothing."""
+    from torch._inductor.graph import GraphLowering
+
+    def compile_to_module(self):
+        wrapper, kernels = self.codegen_with_cpp_wrapper() if self.cpp_wrapper else self.codegen()
+        sink.append(wrapper.value)
+        if kernels:
+            sink.append(kernels.value)
+        return mock.Mock()
+
+    with mock.patch.object(GraphLowering, "compile_to_module", compile_to_module):
+        yield
+
+
+def _backend(sink: list[str], arch: str | None):
+    """A Dynamo backend: Inductor's pipeline up to code generation, then the program runs eagerly.
+
+    With `arch`, only lowering sees the GPU preset: Dynamo and AOTAutograd trace on
+    the CPU (a CPU build cannot trace on `cuda`), then the graph moves to `cuda`."""
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    def inner_compile(gm, example_inputs, **kwargs):
+        target = contextlib.nullcontext()
+        if arch is not None:
+            target = fake_cuda.target(arch)
+            example_inputs = _retarget(gm, example_inputs)
+        with target, _codegen_only(sink):
+            compile_fx_inner(gm, example_inputs, **kwargs)
+        return gm  # never run: the backend below runs the Dynamo graph itself
+
+    def backend(gm, example_inputs):
+        compile_fx(gm, example_inputs, inner_compile=inner_compile)
+        return gm.forward
+
+    return backend
+
+
+def _no_caches():
+    # Codegen-only results must never be written to, or read from, Inductor's caches.
+    return torch._inductor.config.patch(fx_graph_cache=False, fx_graph_remote_cache=False,
+                                        autotune_local_cache=False, autotune_remote_cache=False)
+
+
+@functools.cache
+def _warm_up_cpu() -> None:
+    """Inductor traces its pattern libraries once per process, on `cuda` when it believes one
+    exists; a CPU build cannot run those traces, so they happen here first, on the CPU."""
+    torch._dynamo.reset()
+    x = torch.ones(8, 8)
+    with _no_caches():
+        torch.compile(lambda a: (a @ a).relu().sum(), backend=_backend([], None), fullgraph=True)(x)
+    torch._dynamo.reset()
+
+
+def generate(program, inputs, custom_pass, device: str = "cpu", arch: str | None = None) -> str:
+    """Inductor's generated source for `program(*inputs)` (CPU tensors) on `device`/`arch`."""
+    if device not in DEVICES:
+        raise ValueError(f"device: {device!r} is not one of {DEVICES}")
+    if device == "cuda" and arch is None:
+        raise ValueError("arch: a GPU preset is needed for device 'cuda' (" + ", ".join(fake_cuda.PRESETS) + ")")
+    _warm_up_cpu()
+    sink: list[str] = []
+    torch._dynamo.reset()
+    with _no_caches(), torch._inductor.config.patch(post_grad_custom_post_pass=custom_pass):
+        torch.compile(program, backend=_backend(sink, arch if device == "cuda" else None), fullgraph=True)(*inputs)
+    torch._dynamo.reset()
+    if not sink:
+        raise CodegenError(f"Inductor generated no code for {device} {arch or ''}".strip())
+    return "\n".join(sink)
+
+
+def case_code(case_id: str, adapter="project", device: str = "cpu", arch: str | None = None) -> str:
+    """The generated code of a catalog case id (`NAME-wN`) under an adapter's pass
+    (a name, "module:object" or a PassAdapter; one without an Inductor pass: unbucketed)."""
+    case, world = catalog.get(case_id)
+    adapter = adapters.resolve(adapter)
+    groups = fake_group(world)
+    program = build(case.steps, groups)
+    inputs = make_inputs(case.steps, groups, case.name, 0)
+    custom = adapter.inductor_pass(**case.options_for(world)) if adapter.inductor_pass else None
+    return generate(program, inputs, custom, device, arch)
+
+
+# What the wrapper of a generated module launches, by kind.
+_LAUNCHES = {
+    "triton": re.compile(r"^\s*triton_\w+\.run\(", re.M),
+    "cpp": re.compile(r"^\s*cpp_fused_\w+\(", re.M),
+    "collective": re.compile(r"torch\.ops\._c10d_functional\.(?:all_gather_into_tensor(?:_out)?|reduce_scatter_tensor"
+                             r"(?:_out)?|all_reduce_?)\.default\("),
+    "wait": re.compile(r"torch\.ops\._c10d_functional\.wait_tensor\.default\("),
+    # Ops that pack or unpack a bucket outside Inductor's kernels (each runs eager kernels).
+    "extern_copy": re.compile(r"torch\.ops\.(?:bucketing_ops\.(?:all_gather_copy_in|copy_out)|bucketing\.\w*bucket\w*|"
+                              r"fsdp\.\w+|aten\.split_with_sizes_copy|aten\.cat)\.\w+\("),
+    # A tensor made on the host and copied to the device inside the step.
+    "host_to_device": re.compile(r"empty_strided_cpu(?:_pinned)?\(|\.to\(device=|\.copy_\(.*cpu|torch\.tensor\("),
+}
+
+
+def census(code: str) -> dict[str, int]:
+    """How many of each launch the generated module's `call` makes (kernels counted where launched)."""
+    start = code.find("def call(")
+    body = code[start:code.find("\nrunner = ", start)] if start >= 0 else code
+    return {kind: len(pattern.findall(body)) for kind, pattern in _LAUNCHES.items()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conformance.codegen", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--case", required=True, help="catalog case id, e.g. ag-bf16-f32-odd-w2")
+    parser.add_argument("--device", choices=DEVICES, default="cpu")
+    parser.add_argument("--arch", choices=sorted(fake_cuda.PRESETS), help="GPU preset for --device cuda")
+    parser.add_argument("--bucketing-pass", default="project", help="adapter: project | torch | identity | none | "
+                                                                    "module:object")
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and args.arch is None:
+        parser.error("--device cuda needs --arch")
+    spec = "identity" if args.bucketing_pass == "none" else args.bucketing_pass
+    print(case_code(args.case, spec, args.device, args.arch))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
