@@ -164,6 +164,33 @@ def census(code: str) -> dict[str, int]:
     return {kind: len(pattern.findall(body)) for kind, pattern in _LAUNCHES.items()}
 
 
+_KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(?:triton|cpp_pybinding|cpp)\((.*?)'{3}(?:, device_str='\w+')?\)$",
+                         re.M | re.S)
+_POINTER = re.compile(r"\b(?:in_out|in|out)_ptr\d+\b")
+# Kernel text about the launch or the buffers, not the arithmetic: decorator
+# metadata and parameter lists. (A consumer allowed to overwrite its dense input
+# writes in place, `in_out_ptr0`; one reading a collective's output writes to a
+# new buffer. Both compute the same values in the same order.)
+_NOT_COMPUTE = re.compile(r"^\s*(?:#|triton_meta=|inductor_meta=|filename=|size_hints=|def KERNEL\(|extern \"C\"|"
+                          r"(?:const )?[\w:<>]+\*\s+ptr[,)]|\[|'|\]|@triton\.jit|import |from |triton_helpers\.)")
+
+
+def kernels(code: str) -> list[str]:
+    """The generated kernels' arithmetic, sorted: each kernel's source without its name, comments,
+    launch metadata and parameter list, every buffer named `ptr`. Two modules whose lists are
+    equal run the same operations on the same indices in the same order."""
+    out = []
+    for name, body in _KERNEL_DEF.findall(code):
+        body = _POINTER.sub("ptr", body.replace(name, "KERNEL"))
+        out.append("\n".join(line for line in body.splitlines() if line.strip() and not _NOT_COMPUTE.match(line)))
+    return sorted(out)
+
+
+def compute_calls(code: str) -> list[str]:
+    """Library calls the wrapper makes for the program's own compute (mm, addmm, ...), in order."""
+    return re.findall(r"extern_kernels\.(\w+)\(", code)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance.codegen", description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", required=True, help="catalog case id, e.g. ag-bf16-f32-odd-w2")

@@ -1,0 +1,75 @@
+"""What a bucket costs in launches, and that the program's own kernels stay as they were.
+
+Counted in the code Inductor generates for `cpu` and the GPU presets (see
+test_codegen.py): per bucket one collective and one wait, the copy-in and the
+copy-out, no host-to-device copy, and a count that does not grow with the
+bucket's member count. The program's own kernels (what consumes the gathered
+members) must be the unbucketed compile's kernels, operation for operation.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance import adapters
+from conformance.adapters import BUCKETING
+from conformance.codegen import census, compute_calls, kernels
+from conformance.codegen_checks.test_codegen import TARGETS, generated_code
+
+MEMBER_COUNTS = (2, 8, 64)  # ag-members-N: N all-gathers alternating f32 and bf16, odd sizes
+GPU_TARGETS = tuple(t for t in TARGETS if t != "cpu")
+
+
+def _checked(adapter, check_id: str):
+    if adapter.inductor_pass is None or adapter.expectations != BUCKETING:
+        pytest.skip(f"{adapter.name} is not checked for code structure")
+    reason = adapter.xfail_reason(f"codegen:{check_id}")
+    if reason:
+        pytest.xfail(reason)
+
+
+@pytest.mark.inductor
+@pytest.mark.parametrize("target", TARGETS)
+def test_launches_per_bucket_do_not_grow_with_members(target, bucketing_adapter):
+    _checked(bucketing_adapter, "launches-per-bucket")
+    per_n = {n: census(generated_code(f"ag-members-{n}", bucketing_adapter, target)) for n in MEMBER_COUNTS}
+    table = "\n".join(f"  N={n}: {c}" for n, c in per_n.items())
+    for n, c in per_n.items():
+        assert (c["collective"], c["wait"]) == (1, 1), f"N={n}: one bucket, one collective, one wait\n{table}"
+        if target != "cpu":
+            assert c["host_to_device"] == 0, f"N={n}: a host allocation inside the step\n{table}"
+    assert all(c == per_n[MEMBER_COUNTS[0]] for c in per_n.values()), f"launches grow with members\n{table}"
+    if bucketing_adapter.name == "project":
+        # One copy-in op and one copy-out op (each one batched copy per dtype run
+        # on the device); no Inductor kernel that only moves a member.
+        c = per_n[MEMBER_COUNTS[0]]
+        assert (c["extern_copy"], c["triton"], c["cpp"]) == (2, 0, 0), table
+
+
+# Cases whose consumers are the program's own compute: pointwise users of each
+# member, and matmuls between pointwise ops (six FSDP-style layers).
+COMPUTE_CASES = {
+    "policy-layers-merge-all": TARGETS,
+    "policy-layers-one-per-layer": TARGETS,
+    # On the CPU, consumers of one copy-out's members sit in one region with no
+    # wait between them and Inductor fuses them into one loop nest: the same
+    # arithmetic per element in other kernel text, so compared on GPU presets.
+    "ag-users-between": GPU_TARGETS,
+}
+
+
+@pytest.mark.inductor
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", sorted(COMPUTE_CASES))
+def test_program_compute_is_the_unbucketed_compute(case, target, bucketing_adapter):
+    if target not in COMPUTE_CASES[case]:
+        pytest.skip(f"{case} is compared on {COMPUTE_CASES[case]}")
+    _checked(bucketing_adapter, f"compute:{case}")
+    bucketed = generated_code(case, bucketing_adapter, target)
+    unbucketed = generated_code(case, adapters.load("identity"), target)
+    assert compute_calls(bucketed) == compute_calls(unbucketed)
+    ours, theirs = kernels(bucketed), kernels(unbucketed)
+    assert ours == theirs, (
+        f"{case} on {target}: the program's kernels changed ({len(ours)} bucketed, {len(theirs)} unbucketed)\n"
+        + "\n\n".join(k for k in ours if k not in theirs)[:3000]
+    )
