@@ -17,7 +17,6 @@ import sys
 
 import pytest
 
-from conformance import catalog
 from conformance.adapters import BUCKETING
 
 CHECK_DIR = pathlib.Path(__file__).parent
