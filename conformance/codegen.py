@@ -114,11 +114,13 @@ def _warm_up_cpu() -> None:
 
 
 def generate(program, inputs, custom_pass, device: str = "cpu", arch: str | None = None) -> str:
-    """Inductor's generated source for `program(*inputs)` (CPU tensors) on `device`/`arch`."""
+    """Inductor's generated source for `program(*inputs)` on `device`: CPU inputs lowered for
+    the CPU, or for the GPU preset `arch`; with `arch=None` and CUDA inputs, for the real GPU."""
     if device not in DEVICES:
         raise ValueError(f"device: {device!r} is not one of {DEVICES}")
-    if device == "cuda" and arch is None:
-        raise ValueError("arch: a GPU preset is needed for device 'cuda' (" + ", ".join(fake_cuda.PRESETS) + ")")
+    if device == "cuda" and arch is None and not torch.cuda.is_available():
+        raise ValueError("arch: a GPU preset is needed for device 'cuda' without a GPU ("
+                         + ", ".join(fake_cuda.PRESETS) + ")")
     _warm_up_cpu()
     sink: list[str] = []
     torch._dynamo.reset()
@@ -137,7 +139,8 @@ def case_code(case_id: str, adapter="project", device: str = "cpu", arch: str | 
     adapter = adapters.resolve(adapter)
     groups = fake_group(world)
     program = build(case.steps, groups)
-    inputs = make_inputs(case.steps, groups, case.name, 0)
+    real_gpu = device == "cuda" and arch is None
+    inputs = make_inputs(case.steps, groups, case.name, 0, "cuda" if real_gpu else "cpu")
     custom = adapter.inductor_pass(**case.options_for(world)) if adapter.inductor_pass else None
     return generate(program, inputs, custom, device, arch)
 
@@ -162,6 +165,17 @@ def census(code: str) -> dict[str, int]:
     start = code.find("def call(")
     body = code[start:code.find("\nrunner = ", start)] if start >= 0 else code
     return {kind: len(pattern.findall(body)) for kind, pattern in _LAUNCHES.items()}
+
+
+def differences(code_a: str, code_b: str) -> list[str]:
+    """Lines that differ between two generated modules, comments and blank lines aside."""
+    import difflib
+
+    def lines(code):
+        return [line for line in code.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+    return [d for d in difflib.unified_diff(lines(code_a), lines(code_b), "real", "target", lineterm="", n=0)
+            if not d.startswith("@@")]
 
 
 _KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(?:triton|cpp_pybinding|cpp)\((.*?)'{3}(?:, device_str='\w+')?\)$",

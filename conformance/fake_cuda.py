@@ -60,6 +60,15 @@ def preset(arch: str) -> Preset:
     return PRESETS[arch]
 
 
+def preset_of_current_device() -> str | None:
+    """The preset matching the real GPU (same capability and multiprocessor count), if any."""
+    props = torch.cuda.get_device_properties(0)
+    for arch, p in PRESETS.items():
+        if (p.major, p.minor, p.multi_processor_count) == (props.major, props.minor, props.multi_processor_count):
+            return arch
+    return None
+
+
 def _seam(module: str, attr: str):
     """The object at module.attr, or SeamMoved naming it."""
     try:

@@ -8,6 +8,7 @@ without an SM80+ GPU every test here skips, naming why.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from conformance import catalog, verdict
 from conformance.gpu import backend_for, suitable_gpu
@@ -72,6 +73,24 @@ def test_triton_codegen(name, cuda_ready, bucketing_adapter):
     assert "_to_copy" not in code
     if bucketing_adapter.name == "project":
         assert len(re.findall(r"bucketing_ops\.all_gather_copy_in\.default\(", code)) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.inductor
+@pytest.mark.parametrize("name", ["ag-pair-bf16-f32", "ag-members-64", "ag-users-between", "policy-layers-merge-all",
+                                  "fsdp-like-step", "mixed-kinds"])
+def test_the_fake_target_generates_what_the_real_gpu_gets(name, cuda_ready, bucketing_adapter):
+    """The codegen target (conformance/fake_cuda.py) against the real device, one preset: any
+    difference beyond comments fails, listed (this keeps the CPU-only GPU checks honest)."""
+    from conformance import codegen, fake_cuda
+
+    arch = fake_cuda.preset_of_current_device()
+    if arch is None:
+        pytest.skip(f"{torch.cuda.get_device_name(0)} matches no preset in {sorted(fake_cuda.PRESETS)}")
+    real = codegen.case_code(f"{name}-w4", bucketing_adapter, "cuda", None)
+    target = codegen.case_code(f"{name}-w4", bucketing_adapter, "cuda", arch)
+    diff = codegen.differences(real, target)
+    assert not diff, f"{name} on {arch}: the target differs from {torch.cuda.get_device_name(0)}:\n" + "\n".join(diff[:80])
 
 
 def test_gpu_cases_exist_in_catalog():

@@ -1,0 +1,63 @@
+"""The GPU code target on a machine without a GPU: the command line, its seams, and what
+our copy ops launch per bucket."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks.kernels_per_bucket import kernels_inside_our_ops
+from conformance import codegen, fake_cuda
+
+
+@pytest.mark.inductor
+def test_the_command_prints_cuda_code_with_one_all_gather_for_the_bucket():
+    run = subprocess.run(
+        [sys.executable, "-m", "conformance.codegen", "--device", "cuda", "--arch", "sm90",
+         "--case", "ag-bf16-f32-odd-w2"],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    code = run.stdout
+    assert len(re.findall(r"all_gather_into_tensor\.default\(", code)) == 1, code
+    assert "with torch.cuda._DeviceGuard(0):" in code
+    assert "device='cuda:0'" in code and "device='cpu'" not in code
+    assert "empty_strided_cpu(" not in code[code.find("def call("):]
+
+
+@pytest.mark.inductor
+@pytest.mark.parametrize("members", [2, 8, 64])
+def test_our_copy_ops_launch_one_kernel_per_dtype_each_way(members):
+    """bf16 beside f32: one cat per dtype in, one split copy per dtype out, whatever the member count."""
+    code = codegen.case_code(f"ag-members-{members}-w4", "project", "cuda", "sm90")
+    assert kernels_inside_our_ops(code) == 2 + 2
+
+
+def test_a_moved_seam_is_named_with_the_torch_version(monkeypatch):
+    import torch
+    import torch.utils._triton
+
+    monkeypatch.delattr(torch.utils._triton, "triton_backend")
+    with pytest.raises(fake_cuda.SeamMoved, match=rf"torch\.utils\._triton\.triton_backend.*{re.escape(torch.__version__)}"):
+        with fake_cuda.target("sm90"):
+            pass
+
+
+def test_an_unknown_preset_is_refused_naming_the_parameter():
+    with pytest.raises(ValueError, match="arch: 'sm70'"):
+        fake_cuda.preset("sm70")
+    with pytest.raises(ValueError, match="device: 'tpu'"):
+        codegen.generate(lambda x: x, [], None, device="tpu")
+
+
+def test_the_target_leaves_torch_as_it_found_it():
+    import torch
+
+    before = (torch.cuda.is_available(), torch.cuda.device_count())
+    with fake_cuda.target("sm80"):
+        assert torch.cuda.is_available() and torch.cuda.get_device_capability() == (8, 0)
+    assert (torch.cuda.is_available(), torch.cuda.device_count()) == before
