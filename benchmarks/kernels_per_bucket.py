@@ -21,7 +21,6 @@ import re
 import torch
 
 from bucketing import ops
-
 from conformance import adapters, catalog, fake_cuda
 from conformance.codegen import census, generate
 from conformance.compiled import fake_group
