@@ -89,3 +89,15 @@ def test_a_broken_pass_fails_under_pytest_with_the_same_message():
     assert run.returncode == 1, run.stdout[-3000:]
     assert "ag-bf16-f32-odd-w2: rank 0: output 0 differs at byte offset 0" in run.stdout, run.stdout[-3000:]
     assert "test_fx_case[tests.broken_pass:swap_bytes-ag-bf16-f32-odd-w2]" in run.stdout, run.stdout[-3000:]
+
+
+def test_the_projects_own_catalog_file_runs_as_plain_python(tmp_path):
+    """`python conformance/multiproc/test_fx_catalog.py -k NAME`: the suite's own file under unittest."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("CI", None)  # see _run_file
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "conformance", "multiproc", "test_fx_catalog.py"),
+                          "-k", "ag_bf16_f32_odd"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=600)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-3000:]
+    assert "Ran 3 tests" in output and "OK" in output, output[-2000:]  # world sizes 2, 3 and 4

@@ -53,3 +53,9 @@ def test_fsdp_layered_buckets_prefetch_and_stay_bit_identical(bucketing_adapter,
         # {n0, w0}, {b0, n1, w1}, {b1, n2, w2}, {b2}.
         assert after[0]["all_gather"] == layers + 1, after
         assert layers <= after[1]["reduce_scatter"] < 3 * layers, after
+
+
+if __name__ == "__main__":  # `python this_file.py [pytest args]`: these tests need pytest's fixtures
+    import sys
+
+    sys.exit(pytest.main([__file__, *sys.argv[1:]]))

@@ -50,3 +50,9 @@ def test_random_programs(world_size, rank_pools, bucketing_adapter, request):
         _check_example(pool, steps, options, adapter_spec)
 
     run()
+
+
+if __name__ == "__main__":  # `python this_file.py [pytest args]`: these tests need pytest's fixtures
+    import sys
+
+    sys.exit(pytest.main([__file__, *sys.argv[1:]]))

@@ -25,3 +25,24 @@ def test_fx_case(case_id, bucketing_adapter, rank_pools, request):
     failure = verdict.fx(case_id, results, bucketing_adapter)
     if failure:
         pytest.fail(failure)
+
+
+# `python conformance/multiproc/test_fx_catalog.py [-k NAME]`: the same cases as
+# unittest classes, one per world size (BUCKETING_PASS picks the pass, default
+# this project's). Spawned ranks import this file as __mp_main__, so the
+# classes exist there too; pytest imports it under its own name and skips them.
+if __name__ in ("__main__", "__mp_main__"):
+    import os
+
+    from torch.testing._internal.common_distributed import MultiProcContinuousTest
+    from torch.testing._internal.common_utils import instantiate_parametrized_tests, run_tests
+
+    from conformance.multiproc import FxConformance
+
+    for _world in (2, 3, 4):
+        _name = f"TestFxCatalogW{_world}"
+        globals()[_name] = instantiate_parametrized_tests(type(_name, (FxConformance, MultiProcContinuousTest), {
+            "adapter": os.environ.get("BUCKETING_PASS", "project"), "world_size": _world, "__module__": __name__,
+        }))
+    if __name__ == "__main__":
+        run_tests()

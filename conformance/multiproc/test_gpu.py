@@ -96,3 +96,9 @@ def test_the_fake_target_generates_what_the_real_gpu_gets(name, cuda_ready, buck
 def test_gpu_cases_exist_in_catalog():
     missing = [name for name in GPU_CASES if name not in catalog.BY_NAME]
     assert not missing, missing
+
+
+if __name__ == "__main__":  # `python this_file.py [pytest args]`: these tests need pytest's fixtures
+    import sys
+
+    sys.exit(pytest.main([__file__, *sys.argv[1:]]))

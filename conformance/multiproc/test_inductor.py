@@ -47,3 +47,23 @@ def test_inductor_case(case_id, bucketing_adapter, rank_pools, request):
     failure = verdict.inductor(case_id, results, bucketing_adapter)
     if failure:
         pytest.fail(failure)
+
+
+# `python conformance/multiproc/test_inductor.py [-k NAME]`: the subset above as
+# unittest classes (see test_fx_catalog.py for how; BUCKETING_PASS picks the pass).
+if __name__ in ("__main__", "__mp_main__"):
+    import os
+
+    from torch.testing._internal.common_distributed import MultiProcContinuousTest
+    from torch.testing._internal.common_utils import instantiate_parametrized_tests, run_tests
+
+    from conformance.multiproc import InductorConformance
+
+    for _world in sorted({catalog.get(c)[1] for c in INDUCTOR_CASES}):
+        _name = f"TestInductorW{_world}"
+        globals()[_name] = instantiate_parametrized_tests(type(_name, (InductorConformance, MultiProcContinuousTest), {
+            "adapter": os.environ.get("BUCKETING_PASS", "project"), "world_size": _world, "__module__": __name__,
+            "cases": tuple(c for c in INDUCTOR_CASES if c.endswith(f"-w{_world}")),
+        }))
+    if __name__ == "__main__":
+        run_tests()

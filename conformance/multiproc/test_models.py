@@ -94,3 +94,9 @@ def test_torch_manual_bucketer_with_the_same_plan(model_id, rank_pools):
         return
     assert any(diffs), f"torch's manual bucketer is now bit-identical on {model_id}: drop its entry"
     pytest.xfail(reason)
+
+
+if __name__ == "__main__":  # `python this_file.py [pytest args]`: these tests need pytest's fixtures
+    import sys
+
+    sys.exit(pytest.main([__file__, *sys.argv[1:]]))
