@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 import torch.fx as fx
 
+from . import known_failures
+
 BUCKETING = "bucketing"  # structure and semantics are checked
 SEMANTICS_ONLY = "semantics-only"  # results must stay bit-identical; structure is free
 
@@ -36,10 +38,10 @@ class PassAdapter:
     spec: str = ""  # how it was named to `load` ("torch", "pkg.mod:obj"); rank tasks load it again by this
 
     def xfail_reason(self, case_id: str) -> str | None:
-        for pattern, reason in self.expected_failures.items():
-            if fnmatch.fnmatchcase(case_id, pattern):
-                return reason
-        return None
+        """Why `case_id` is expected to fail under this pass (every matching entry's reason), or None."""
+        reasons = [reason for pattern, reason in self.expected_failures.items()
+                   if fnmatch.fnmatchcase(case_id, pattern)]
+        return "; ".join(dict.fromkeys(reasons)) or None
 
 
 def _project() -> PassAdapter:
@@ -79,120 +81,13 @@ class TorchInductorPass:
         _torch_apply(graph.owning_module, **self.options)
 
 
-# What torch's built-in pass (torch 2.13) gets wrong or does differently, by
-# case id, observed by running this suite with --bucketing-pass=torch. The
-# reasons fall in five groups: rank baked into the graph, bucket dtype gloo
-# cannot move, adjacent-only merging, unaligned dtype views, and graphs left
-# out of topological order.
-TORCH_EXPECTED_FAILURES = {
-    "ag-empty-strided-i16-w*": "chooses the smallest member dtype (fp8/int16) as the bucket dtype, which gloo cannot move ('Invalid scalar type')",
-    "ag-size-one-last-dim-w*": "chooses the smallest member dtype (fp8/int16) as the bucket dtype, which gloo cannot move ('Invalid scalar type')",
-    "ag-viewed-after-gather-w*": "returns a non-contiguous view where the collective's result was contiguous, so a later view of it fails",
-    "fsdp-autograd-layered-w*": "has no locality policy: merges every layer's collectives at once",
-    "fsdp-autograd-w*": "merges only adjacent collectives: interleaved bf16/f32 gradient reduce-scatters stay in 4 buckets, not 2",
-    "codegen:launches-per-bucket": "views the bucket through the smallest dtype: ag-members-8 and -64 fail at an odd byte offset ('storage_offset() must be divisible'); at 2 members one Inductor kernel copies each member out",
-    "codegen:compute:*": "members leave the gathered buffer through Inductor kernels of its own (a copy per member) or as strided views read by the consumers' kernels, so the program's kernels are not the unbucketed ones",
-    "model:*": "copy-out fused as strided views into consumers (other kernels, other summation order) and no block-aware policy",
-    "fuzz": "random programs hit the failures above (unaligned dtype views, fp8/int16 bucket dtypes on gloo, adjacent-only merging)",
-    "ag-12way-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-3way-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-8way-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-all-empty-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-bf16-f32-even-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-bf16-f32-large-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-bf16-f32-odd-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-bf16-f32-one-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-bf16-f32-prime-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-bf16-f32-zero-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-cap-callable-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph; merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "ag-cap-inclusive-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-cap-member-over-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "ag-cap-one-over-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-cast-fused-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-cast-mixed-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-cast-of-slice-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-count-cap-1-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-count-cap-2-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-dependent-partial-w*": "leaves a node used before it is defined when a member's user sits between members (graph fails lint)",
-    "ag-empty-bytes-only-w*": "chooses the smallest member dtype (fp8/int16) as the bucket dtype, which gloo cannot move ('Invalid scalar type')",
-    "ag-members-17-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-members-2-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-members-300-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-members-64-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-odd-chunks-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-outputs-direct-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-pair-bf16-bool-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-bf16-e4m3-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-bf16-e5m2-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-bf16-f16-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-pair-bf16-f32-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-bf16-f64-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-bf16-i16-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-pair-bf16-i32-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-bf16-i64-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-bf16-i8-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-bf16-u8-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-f64-bf16-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-f64-bool-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-f64-e4m3-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-f64-e5m2-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-f64-f16-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-f64-f32-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-f64-i16-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-f64-i32-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-f64-i64-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-pair-f64-i8-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-pair-f64-u8-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-perdtype-bf16-bool-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "ag-perdtype-bf16-e4m3-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "ag-perdtype-bf16-e5m2-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "ag-perdtype-bf16-f16-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "ag-perdtype-bf16-f32-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "ag-perdtype-bf16-f64-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "ag-perdtype-bf16-i16-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "ag-perdtype-bf16-i32-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "ag-perdtype-bf16-i64-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "ag-perdtype-bf16-i8-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "ag-perdtype-bf16-u8-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "ag-rank1-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-rank2-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-rank3-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-rank4-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-single-bf16-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-single-bool-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-single-e4m3-w*": "chooses the smallest member dtype (fp8/int16) as the bucket dtype, which gloo cannot move ('Invalid scalar type')",
-    "ag-single-e5m2-w*": "chooses the smallest member dtype (fp8/int16) as the bucket dtype, which gloo cannot move ('Invalid scalar type')",
-    "ag-single-f16-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-single-f32-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-single-f64-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-single-i16-w*": "chooses the smallest member dtype (fp8/int16) as the bucket dtype, which gloo cannot move ('Invalid scalar type')",
-    "ag-single-i32-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-single-i64-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-single-i8-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-single-u8-w*": "bakes the rank into the graph (this rank's slot offset), so every rank compiles a different graph",
-    "ag-slice-input-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "ag-subgroups-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "ag-halves-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "rs-strided-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "ag-two-groups-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "ag-users-between-w*": "leaves a node used before it is defined when a member's user sits between members (graph fails lint)",
-    "ar-per-dtype-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "fsdp-like-step-w*": "leaves a node used before it is defined when a member's user sits between members (graph fails lint)",
-    "mixed-kinds-w*": "views the bucket through the smallest dtype; a member at an odd byte offset fails ('storage_offset() must be divisible')",
-    "rs-per-dtype-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "rs-per-op-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-    "policy-*": "has no locality policy (merges every collective of one key up to the cap), and merges only adjacent collectives",
-    "rs-two-groups-w*": "merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged",
-}
-
-
 def _torch() -> PassAdapter:
     return PassAdapter(
         name="torch",
         expectations=BUCKETING,
         apply_fx=_torch_apply,
         inductor_pass=lambda **options: TorchInductorPass(**options),
-        expected_failures=dict(TORCH_EXPECTED_FAILURES),
+        expected_failures=known_failures.manifest(known_failures.TORCH_BUILTIN),
     )
 
 

@@ -18,6 +18,7 @@ import sys
 import pytest
 
 from conformance.adapters import BUCKETING
+from conformance.plugin import expect_result
 
 CHECK_DIR = pathlib.Path(__file__).parent
 CHECK_FILES = sorted(CHECK_DIR.glob("*.check"))
@@ -43,7 +44,7 @@ def generated_code(case_name: str, adapter, target: str = "cpu") -> str:
 @pytest.mark.inductor
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("check_file", CHECK_FILES, ids=[p.stem for p in CHECK_FILES])
-def test_codegen(check_file, target, bucketing_adapter):
+def test_codegen(check_file, target, bucketing_adapter, request):
     targets = [t.strip() for t in _header(check_file, "TARGETS", ",".join(TARGETS)).split(",")]
     if target not in targets:
         pytest.skip(f"{check_file.name} is written for {targets}")
@@ -52,9 +53,7 @@ def test_codegen(check_file, target, bucketing_adapter):
         pytest.skip(f"{bucketing_adapter.name} is not checked for code structure")
     if "*" not in adapters and bucketing_adapter.name not in adapters:
         pytest.skip(f"{check_file.name} is specific to {adapters}")
-    reason = bucketing_adapter.xfail_reason(f"codegen:{check_file.stem}")
-    if reason:
-        pytest.xfail(reason)
+    expect_result(bucketing_adapter, f"codegen:{check_file.stem}", request)
     code = generated_code(_header(check_file, "CASE"), bucketing_adapter, target)
     run = subprocess.run(
         [sys.executable, "-m", "filecheck", str(check_file)], input=code, capture_output=True, text=True

@@ -15,23 +15,22 @@ from conformance import adapters
 from conformance.adapters import BUCKETING
 from conformance.codegen import census, compute_calls, kernels
 from conformance.codegen_checks.test_codegen import TARGETS, generated_code
+from conformance.plugin import expect_result
 
 MEMBER_COUNTS = (2, 8, 64)  # ag-members-N: N all-gathers alternating f32 and bf16, odd sizes
 GPU_TARGETS = tuple(t for t in TARGETS if t != "cpu")
 
 
-def _checked(adapter, check_id: str):
+def _checked(adapter, check_id: str, request):
     if adapter.inductor_pass is None or adapter.expectations != BUCKETING:
         pytest.skip(f"{adapter.name} is not checked for code structure")
-    reason = adapter.xfail_reason(f"codegen:{check_id}")
-    if reason:
-        pytest.xfail(reason)
+    expect_result(adapter, f"codegen:{check_id}", request)
 
 
 @pytest.mark.inductor
 @pytest.mark.parametrize("target", TARGETS)
-def test_launches_per_bucket_do_not_grow_with_members(target, bucketing_adapter):
-    _checked(bucketing_adapter, "launches-per-bucket")
+def test_launches_per_bucket_do_not_grow_with_members(target, bucketing_adapter, request):
+    _checked(bucketing_adapter, "launches-per-bucket", request)
     per_n = {n: census(generated_code(f"ag-members-{n}", bucketing_adapter, target)) for n in MEMBER_COUNTS}
     table = "\n".join(f"  N={n}: {c}" for n, c in per_n.items())
     for n, c in per_n.items():
@@ -61,10 +60,10 @@ COMPUTE_CASES = {
 @pytest.mark.inductor
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("case", sorted(COMPUTE_CASES))
-def test_program_compute_is_the_unbucketed_compute(case, target, bucketing_adapter):
+def test_program_compute_is_the_unbucketed_compute(case, target, bucketing_adapter, request):
     if target not in COMPUTE_CASES[case]:
         pytest.skip(f"{case} is compared on {COMPUTE_CASES[case]}")
-    _checked(bucketing_adapter, f"compute:{case}")
+    _checked(bucketing_adapter, f"compute:{case}", request)
     bucketed = generated_code(case, bucketing_adapter, target)
     unbucketed = generated_code(case, adapters.load("identity"), target)
     assert compute_calls(bucketed) == compute_calls(unbucketed)

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
 from conformance.fuzz import options_strategy, steps_strategy
+from conformance.plugin import expect_result
 from conformance.pool import raise_on_failure
 
 FUZZ = os.environ.get("FUZZ_EXAMPLES")
@@ -34,9 +35,7 @@ def _check_example(pool, steps, options, adapter_spec):
 
 @pytest.mark.parametrize("world_size", [WORLD])
 def test_random_programs(world_size, rank_pools, bucketing_adapter, request):
-    reason = bucketing_adapter.xfail_reason("fuzz")
-    if reason:
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
+    expect_result(bucketing_adapter, "fuzz", request)
     pool = rank_pools.get(world_size)
     adapter_spec = bucketing_adapter.spec
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance import catalog, verdict
+from conformance.plugin import expect_result
 from conformance.pool import raise_on_failure
 
 CASE_TIMEOUT_S = 120
@@ -12,9 +13,7 @@ CASE_TIMEOUT_S = 120
 
 @pytest.mark.parametrize("case_id", catalog.all_case_ids())
 def test_fx_case(case_id, bucketing_adapter, rank_pools, request):
-    reason = bucketing_adapter.xfail_reason(case_id)
-    if reason:
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
+    expect_result(bucketing_adapter, case_id, request)
     _, world = catalog.get(case_id)
     pool = rank_pools.get(world)
     results = raise_on_failure(

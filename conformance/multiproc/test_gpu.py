@@ -12,6 +12,7 @@ import torch
 
 from conformance import catalog, verdict
 from conformance.gpu import backend_for, suitable_gpu
+from conformance.plugin import expect_result
 from conformance.pool import raise_on_failure
 
 GPU_CASES = [
@@ -35,6 +36,7 @@ def cuda_ready(conformance_device):
 @pytest.mark.parametrize("name", GPU_CASES)
 def test_cuda_case(name, world_size, cuda_ready, rank_pools, bucketing_adapter, request):
     case_id = f"{name}-w{world_size}"
+    expect_result(bucketing_adapter, case_id, request)
     backend = backend_for(world_size)
     results = raise_on_failure(
         rank_pools.get(world_size, backend).run(
@@ -55,8 +57,9 @@ def test_cuda_case(name, world_size, cuda_ready, rank_pools, bucketing_adapter, 
 @pytest.mark.gpu
 @pytest.mark.inductor
 @pytest.mark.parametrize("name", ["ag-pair-bf16-f32", "ag-cast-fused", "ag-8way"])
-def test_triton_codegen(name, cuda_ready, bucketing_adapter):
+def test_triton_codegen(name, cuda_ready, bucketing_adapter, request):
     """One copy-in, one collective, no conversion kernel for view-only members."""
+    expect_result(bucketing_adapter, f"{name}-w4", request)
     import re
 
     from conformance.compiled import compile_and_run, fake_group
