@@ -36,6 +36,16 @@ class PassAdapter:
     # case-id glob -> reason; matching cases are expected to fail.
     expected_failures: dict[str, str] = dataclasses.field(default_factory=dict)
     spec: str = ""  # how it was named to `load` ("torch", "pkg.mod:obj"); rank tasks load it again by this
+    # Catalog options (catalog.OPTIONS) the pass acts on; None: all of them.
+    honours: frozenset[str] | None = None
+
+    def unhonoured(self, options: dict) -> str | None:
+        """Why a case with `options` cannot hold this pass to its collective counts, or None.
+        Only structure is at stake: a pass checked for results alone runs every case."""
+        if self.expectations != BUCKETING or self.honours is None:
+            return None
+        ignored = sorted(set(options) - self.honours)
+        return f"needs option(s) {ignored}, which {self.name} does not honour" if ignored else None
 
     def xfail_reason(self, case_id: str) -> str | None:
         """Why `case_id` is expected to fail under this pass (every matching entry's reason), or None."""
@@ -87,6 +97,7 @@ def _torch() -> PassAdapter:
         expectations=BUCKETING,
         apply_fx=_torch_apply,
         inductor_pass=lambda **options: TorchInductorPass(**options),
+        honours=frozenset({"bucket_cap_mb", "collectives", "multidtype"}),
         expected_failures=known_failures.manifest(known_failures.TORCH_BUILTIN),
     )
 
@@ -124,10 +135,13 @@ def _torch_manual_apply(gm: fx.GraphModule, **options) -> None:
 
 @contextlib.contextmanager
 def _gpu_figures_without_triton():
-    """torch's scheduler estimates node runtimes from GPU figures it asks triton
-    for, even on CPU graphs; the manual bucketer never reads the estimates. Without
-    triton, answer with constants instead of failing the compile."""
-    if importlib.util.find_spec("triton") is not None:
+    """torch's schedulers estimate node runtimes from GPU figures they ask Triton's
+    driver for, even on CPU graphs. Without a GPU (no driver, or no triton), answer
+    with constants instead of failing the compile: what the estimates steer is
+    scheduling, never the values a correct pass computes."""
+    import torch
+
+    if torch.cuda.is_available():
         yield
         return
     import torch.utils._runtime_estimation as estimation
@@ -151,6 +165,39 @@ def _torch_manual() -> PassAdapter:
     )
 
 
+def _torch_overlap_apply(gm: fx.GraphModule, **options) -> None:
+    """torch's overlap-preserving scheduler with its bucketing on (`schedule_overlap_bucketing`,
+    what `aten_distributed_optimizations.collective_bucketing` runs), analytical estimates (no
+    GPU benchmarking). Of the suite's options it honours `bucket_cap_mb` through FSDP pre-bucketing."""
+    from torch._inductor.fx_passes.overlap_scheduling import schedule_overlap_bucketing
+
+    cap = options.get("bucket_cap_mb")
+    with _gpu_figures_without_triton():
+        out = schedule_overlap_bucketing(
+            gm, collective_bucketing=True, insert_overlap_deps=False, collective_estimator="analytical",
+            compute_estimator="analytical",
+            pre_bucketing_fsdp_collectives_bucket_cap_mb=None if cap is None or callable(cap) else float(cap),
+        )
+    if out is not gm:
+        gm.graph = out.graph
+    gm.recompile()
+
+
+class _TorchOverlapInductorPass(TorchInductorPass):
+    def __call__(self, graph: fx.Graph) -> None:
+        _torch_overlap_apply(graph.owning_module, **self.options)
+
+
+def _torch_overlap() -> PassAdapter:
+    return PassAdapter(
+        name="torch-overlap",
+        expectations=SEMANTICS_ONLY,
+        apply_fx=_torch_overlap_apply,
+        inductor_pass=lambda **options: _TorchOverlapInductorPass(**options),
+        expected_failures=known_failures.manifest(known_failures.TORCH_OVERLAP),
+    )
+
+
 def _identity() -> PassAdapter:
     return PassAdapter(
         name="identity",
@@ -160,7 +207,8 @@ def _identity() -> PassAdapter:
     )
 
 
-BUILTIN = {"project": _project, "torch": _torch, "torch-manual": _torch_manual, "identity": _identity}
+BUILTIN = {"project": _project, "torch": _torch, "torch-manual": _torch_manual, "torch-overlap": _torch_overlap,
+           "identity": _identity}
 
 
 def load(spec: str) -> PassAdapter:

@@ -30,6 +30,20 @@ WORLD_SIZES = (2, 3, 4)
 
 Options = dict | Callable[[int], dict]
 
+# The options a case may set: one vocabulary for every pass. An adapter lists
+# the ones it honours (PassAdapter.honours); a case whose expected collective
+# counts rely on an option the adapter ignores is skipped for it, saying which.
+OPTIONS = {
+    "bucket_cap_mb": "largest bucket in MiB (an all-gather counts its gathered output), or fn(bucket index) -> MiB",
+    "max_bucket_count": "most collectives in one bucket",
+    "collectives": "kinds to bucket: a subset of ('all_gather', 'reduce_scatter', 'all_reduce')",
+    "multidtype": "all-gathers of different dtypes may share a bucket (False: one bucket per dtype)",
+    "policy": "how buckets are drawn: 'module' (blocks), 'locality' (compute windows), 'merge_all'",
+    "locality_flops": "compute (FLOPs) a bucket may span before it is closed, under the locality rule",
+    "copy_out": "how members leave a merged buffer: 'copy' (dense, bit-identical) or 'views'",
+    "module_buckets": "explicit plan: entries of module FQNs whose collectives share a bucket",
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class Case:
@@ -40,11 +54,23 @@ class Case:
     world_sizes: tuple[int, ...] = WORLD_SIZES
     note: str = ""
 
+    def __post_init__(self):
+        if not callable(self.options):
+            check_options(self.options, f"case {self.name}")
+
     def options_for(self, world_size: int) -> dict:
-        return self.options(world_size) if callable(self.options) else dict(self.options)
+        options = self.options(world_size) if callable(self.options) else dict(self.options)
+        return check_options(options, f"case {self.name}")
 
     def ids(self) -> list[str]:
         return [f"{self.name}-w{w}" for w in self.world_sizes]
+
+
+def check_options(options: dict, where: str) -> dict:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"{where}: options {unknown} are not in the catalog's vocabulary ({sorted(OPTIONS)})")
+    return options
 
 
 def dname(dtype: torch.dtype) -> str:
@@ -217,6 +243,40 @@ def _cases() -> list[Case]:
 
 CASES: list[Case] = _cases()
 BY_NAME = {c.name: c for c in CASES}
+EXTRA_CASES_ENV = "CONFORMANCE_CASES"
+_loaded_modules: set[str] = set()
+
+
+def register(*cases: Case) -> None:
+    """Add your own cases to the catalog; they get every check the catalog's cases get.
+
+    Call it in a module named in CONFORMANCE_CASES (comma-separated module paths;
+    pytest: `--conformance-cases=mypkg.cases`), which every process imports with
+    the catalog, rank processes included.
+    """
+    for case in cases:
+        if not isinstance(case, Case):
+            raise ValueError(f"case: expected a conformance.catalog.Case, got {type(case).__name__}")
+        if case.name in BY_NAME:
+            raise ValueError(f"case: {case.name!r} is already in the catalog")
+        if "-w" in case.name:
+            raise ValueError(f"case: {case.name!r} must not contain '-w' (case ids end in -w<world size>)")
+        CASES.append(case)
+        BY_NAME[case.name] = case
+
+
+def load_extra_cases() -> None:
+    """Import the modules named in CONFORMANCE_CASES (each once per process)."""
+    import importlib
+    import os
+
+    for module in filter(None, (m.strip() for m in os.environ.get(EXTRA_CASES_ENV, "").split(","))):
+        if module not in _loaded_modules:
+            _loaded_modules.add(module)
+            importlib.import_module(module)
+
+
+load_extra_cases()
 
 
 def all_case_ids() -> list[str]:

@@ -110,3 +110,8 @@ TORCH_BUILTIN = (
         'policy-*',
     )),
 )
+
+
+# torch's overlap-preserving scheduler with collective bucketing
+# (torch/_inductor/fx_passes/overlap_scheduling.py), by reason.
+TORCH_OVERLAP: tuple[Known, ...] = ()

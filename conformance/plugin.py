@@ -19,9 +19,23 @@ def pytest_addoption(parser):
         choices=("cpu", "cuda"),
         help="device of the tensors; cuda uses NCCL when enough GPUs are visible",
     )
+    group.addoption(
+        "--conformance-cases",
+        default=None,
+        help="module(s) that add cases with conformance.catalog.register (comma-separated; rank processes "
+             "import them too, through CONFORMANCE_CASES)",
+    )
 
 
 def pytest_configure(config):
+    extra = config.getoption("--conformance-cases", None)
+    if extra:
+        import os
+
+        os.environ["CONFORMANCE_CASES"] = extra  # inherited by every rank process
+        from . import catalog
+
+        catalog.load_extra_cases()
     config.addinivalue_line("markers", "slow: long-running; excluded from the default run")
     config.addinivalue_line("markers", "inductor: compiles through torch.compile/Inductor")
     config.addinivalue_line("markers", "gpu: needs a CUDA device")
@@ -79,9 +93,13 @@ def rank_pools(conformance_device):
     pools.close()
 
 
-def expect_result(adapter, check_id: str, request) -> None:
+def expect_result(adapter, check_id: str, request, options: dict | None = None) -> None:
     """The one place expected failures apply (conformance/known_failures.py), for every test
-    family: the check runs, and passing where the adapter is expected to fail fails (strict)."""
+    family: the check runs, and passing where the adapter is expected to fail fails (strict).
+    A case needing options the adapter does not honour is skipped, saying which."""
+    unhonoured = adapter.unhonoured(options or {})
+    if unhonoured:
+        pytest.skip(f"{check_id}: {unhonoured}")
     reason = adapter.xfail_reason(check_id)
     if reason:
         request.applymarker(pytest.mark.xfail(
@@ -93,4 +111,10 @@ def inductor_case(adapter, case_id: str, request) -> None:
     """Skip where the adapter has no Inductor form; mark its expected failure for `case_id`."""
     if adapter.inductor_pass is None:
         pytest.skip(f"adapter {adapter.name} has no Inductor form")
-    expect_result(adapter, case_id, request)
+    options = None
+    if not case_id.startswith("model:"):
+        from .catalog import get
+
+        case, world = get(case_id)
+        options = case.options_for(world)
+    expect_result(adapter, case_id, request, options)

@@ -36,7 +36,7 @@ from .checking import LEVELS, check_on_rank
 @dataclasses.dataclass
 class Outcome:
     case_id: str
-    status: str  # passed | failed | xfailed | xpassed | error
+    status: str  # passed | failed | xfailed | xpassed | error | skipped
     seconds: float
     message: str = ""
 
@@ -59,10 +59,10 @@ def select(world_size: int, patterns: list[str], groups: set[str]) -> list[str]:
 
 
 def write_junit(path: str, outcomes: list[Outcome], suite: str) -> None:
-    counts = {s: sum(o.status == s for o in outcomes) for s in ("failed", "error", "xfailed")}
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("failed", "error", "xfailed", "skipped")}
     root = ET.Element("testsuites")
     ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(outcomes)), failures=str(counts["failed"]),
-                       errors=str(counts["error"]), skipped=str(counts["xfailed"]),
+                       errors=str(counts["error"]), skipped=str(counts["xfailed"] + counts["skipped"]),
                        time=f"{sum(o.seconds for o in outcomes):.3f}")
     for o in outcomes:
         tc = ET.SubElement(ts, "testcase", classname=suite, name=o.case_id, time=f"{o.seconds:.3f}")
@@ -72,6 +72,8 @@ def write_junit(path: str, outcomes: list[Outcome], suite: str) -> None:
             ET.SubElement(tc, "error", message=o.message.splitlines()[0] if o.message else "error").text = o.message
         elif o.status == "xfailed":
             ET.SubElement(tc, "skipped", type="pytest.xfail", message=o.message)
+        elif o.status == "skipped":
+            ET.SubElement(tc, "skipped", type="pytest.skip", message=o.message)
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
 
 
@@ -153,6 +155,12 @@ def main(argv=None) -> int:
         return 4
 
     for case_id in case_ids:
+        case, world_size = catalog.get(case_id)
+        unhonoured = adapter.unhonoured(case.options_for(world_size))
+        if unhonoured:  # the same answer on every rank: no collective is issued for it
+            outcomes.append(Outcome(case_id, "skipped", 0.0, unhonoured))
+            say(f"SKIPPED {case_id}: {unhonoured}")
+            continue
         current.update(case=case_id, start=time.perf_counter())
         watchdog = threading.Timer(args.case_timeout, overtime, (case_id,))
         watchdog.daemon = True
@@ -179,7 +187,8 @@ def main(argv=None) -> int:
             (f"\n{message}" if status in ("failed", "xpassed", "error") else ""))
 
     current["case"] = None
-    summary = {s: sum(o.status == s for o in outcomes) for s in ("passed", "failed", "xfailed", "xpassed", "error")}
+    summary = {s: sum(o.status == s for o in outcomes)
+               for s in ("passed", "failed", "xfailed", "xpassed", "error", "skipped")}
     say("conformance: " + ", ".join(f"{n} {s}" for s, n in summary.items() if n) +
         f" in {sum(o.seconds for o in outcomes):.1f}s at world size {world}")
     finish()

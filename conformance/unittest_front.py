@@ -30,7 +30,7 @@ import tempfile
 import unittest
 from datetime import timedelta
 
-from . import adapters, runner
+from . import adapters, catalog, runner
 from .checking import check_on_rank
 
 CASE_TIMEOUT = timedelta(seconds=300)
@@ -76,7 +76,11 @@ class _Conformance:
         groups = {"world", "alt"} | (SUBGROUPS if cls.world_size % 2 == 0 and cls.world_size > 2 else set())
         for case_id in runner.select(cls.world_size, [p for p in patterns if p != "*"], groups):
             test = _case_test(case_id)
-            if adapter.xfail_reason(case_id):
+            case, world = catalog.get(case_id)
+            unhonoured = adapter.unhonoured(case.options_for(world))
+            if unhonoured:
+                test = unittest.skip(unhonoured)(test)
+            elif adapter.xfail_reason(case_id):
                 test = unittest.expectedFailure(test)
             setattr(cls, "test_" + case_id.replace("-", "_"), test)
 

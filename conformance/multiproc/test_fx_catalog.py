@@ -13,8 +13,8 @@ CASE_TIMEOUT_S = 120
 
 @pytest.mark.parametrize("case_id", catalog.all_case_ids())
 def test_fx_case(case_id, bucketing_adapter, rank_pools, request):
-    expect_result(bucketing_adapter, case_id, request)
-    _, world = catalog.get(case_id)
+    case, world = catalog.get(case_id)
+    expect_result(bucketing_adapter, case_id, request, case.options_for(world))
     pool = rank_pools.get(world)
     results = raise_on_failure(
         pool.run("conformance.harness:run_fx_case", timeout_s=CASE_TIMEOUT_S, case_id=case_id,
