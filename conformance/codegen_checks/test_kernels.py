@@ -14,7 +14,7 @@ import pytest
 from conformance import adapters
 from conformance.adapters import BUCKETING
 from conformance.codegen import census, compute_calls, kernels
-from conformance.codegen_checks.test_codegen import TARGETS, generated_code
+from conformance.codegen_checks.test_codegen import TARGETS, generated_code, target_param
 from conformance.plugin import expect_result
 
 MEMBER_COUNTS = (2, 8, 64)  # ag-members-N: N all-gathers alternating f32 and bf16, odd sizes
@@ -28,7 +28,7 @@ def _checked(adapter, check_id: str, request):
 
 
 @pytest.mark.inductor
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", [target_param(t, target=t, id=t) for t in TARGETS])
 def test_launches_per_bucket_do_not_grow_with_members(target, bucketing_adapter, request):
     _checked(bucketing_adapter, "launches-per-bucket", request)
     per_n = {n: census(generated_code(f"ag-members-{n}", bucketing_adapter, target)) for n in MEMBER_COUNTS}
@@ -58,7 +58,8 @@ COMPUTE_CASES = {
 
 
 @pytest.mark.inductor
-@pytest.mark.parametrize("case,target", [(c, t) for c, targets in sorted(COMPUTE_CASES.items()) for t in targets])
+@pytest.mark.parametrize("case,target", [target_param(c, t, target=t, id=f"{c}-{t}")
+                                         for c, targets in sorted(COMPUTE_CASES.items()) for t in targets])
 def test_program_compute_is_the_unbucketed_compute(case, target, bucketing_adapter, request):
     _checked(bucketing_adapter, f"compute:{case}", request)
     bucketed = generated_code(case, bucketing_adapter, target)

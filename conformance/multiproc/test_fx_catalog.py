@@ -11,7 +11,13 @@ from conformance.pool import raise_on_failure
 CASE_TIMEOUT_S = 120
 
 
-@pytest.mark.parametrize("case_id", catalog.all_case_ids())
+def _param(case_id: str):
+    # Later releases run worlds 2 and 4 (`nox -s tests`); 3 ranks (odd padding and
+    # offsets) exercise the pass's own arithmetic, the same on every release.
+    return pytest.param(case_id, marks=pytest.mark.first_release) if case_id.endswith("-w3") else case_id
+
+
+@pytest.mark.parametrize("case_id", [_param(c) for c in catalog.all_case_ids()])
 def test_fx_case(case_id, bucketing_adapter, rank_pools, request):
     case, world = catalog.get(case_id)
     expect_result(bucketing_adapter, case_id, request, case.options_for(world))

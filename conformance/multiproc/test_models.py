@@ -27,7 +27,12 @@ TWO_RANKS_ONLY = {"transformer-bf16-f32": {"module_buckets"}}
 
 @pytest.mark.inductor
 @pytest.mark.parametrize("world_size", [2, pytest.param(4, marks=pytest.mark.first_release)])
-@pytest.mark.parametrize("model_id", sorted(family.MODELS))
+@pytest.mark.parametrize("model_id", [
+    # The Transformer is the real-model check on every release; the smaller
+    # models test the pass's plans (module plan, uneven shards) on the first.
+    m if m == "transformer-bf16-f32" else pytest.param(m, marks=pytest.mark.first_release)
+    for m in sorted(family.MODELS)
+])
 def test_model_trains_bit_identically(model_id, world_size, bucketing_adapter, rank_pools, request):
     inductor_case(bucketing_adapter, f"model:{model_id}-w{world_size}", request)
     spec = family.get(model_id)
