@@ -80,7 +80,7 @@ class _Conformance:
             unhonoured = adapter.unhonoured(case.options_for(world))
             if unhonoured:
                 test = unittest.skip(unhonoured)(test)
-            elif adapter.xfail_reason(case_id):
+            elif adapter.xfail_reason(adapters.check_id(case_id, cls.level)):
                 test = unittest.expectedFailure(test)
             setattr(cls, "test_" + case_id.replace("-", "_"), test)
 
