@@ -87,13 +87,15 @@ def _torch_apply(gm: fx.GraphModule, **options) -> None:
 
 
 class TorchInductorPass:
-    """torch's built-in bucketing (`bucket_all_gather` & co.) as a `post_grad_custom_post_pass`."""
+    """An FX pass `apply(gm, **options)` as a `post_grad_custom_post_pass`; by default torch's
+    built-in bucketing (`bucket_all_gather` & co.)."""
 
-    def __init__(self, **options):
+    def __init__(self, apply: Callable[..., object] | None = None, **options):
+        self.apply = apply or _torch_apply
         self.options = options
 
     def __call__(self, graph: fx.Graph) -> None:
-        _torch_apply(graph.owning_module, **self.options)
+        self.apply(graph.owning_module, **self.options)
 
 
 def _torch() -> PassAdapter:
@@ -156,17 +158,12 @@ def _gpu_figures_without_triton():
         yield
 
 
-class _TorchManualInductorPass(TorchInductorPass):
-    def __call__(self, graph: fx.Graph) -> None:
-        _torch_manual_apply(graph.owning_module, **self.options)
-
-
 def _torch_manual() -> PassAdapter:
     return PassAdapter(
         name="torch-manual",
         expectations=SEMANTICS_ONLY,
         apply_fx=_torch_manual_apply,
-        inductor_pass=lambda **options: _TorchManualInductorPass(**options),
+        inductor_pass=lambda **options: TorchInductorPass(_torch_manual_apply, **options),
     )
 
 
@@ -201,17 +198,12 @@ def _torch_overlap_apply(gm: fx.GraphModule, **options) -> None:
     gm.recompile()
 
 
-class _TorchOverlapInductorPass(TorchInductorPass):
-    def __call__(self, graph: fx.Graph) -> None:
-        _torch_overlap_apply(graph.owning_module, **self.options)
-
-
 def _torch_overlap() -> PassAdapter:
     return PassAdapter(
         name="torch-overlap",
         expectations=SEMANTICS_ONLY,
         apply_fx=_torch_overlap_apply,
-        inductor_pass=lambda **options: _TorchOverlapInductorPass(**options),
+        inductor_pass=lambda **options: TorchInductorPass(_torch_overlap_apply, **options),
         expected_failures=known_failures.manifest(known_failures.TORCH_OVERLAP),
     )
 
