@@ -96,8 +96,8 @@ def test_the_projects_own_catalog_file_runs_as_plain_python(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("CI", None)  # see _run_file
     run = subprocess.run([sys.executable, os.path.join(ROOT, "conformance", "multiproc", "test_fx_catalog.py"),
-                          "-k", "ag_bf16_f32_odd"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          "-k", "ag_bf16_f32_odd_w2"], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=600)
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-3000:]
-    assert "Ran 3 tests" in output and "OK" in output, output[-2000:]  # world sizes 2, 3 and 4
+    assert "Ran 1 test" in output and "OK" in output, output[-2000:]

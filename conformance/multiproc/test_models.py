@@ -26,7 +26,8 @@ TWO_RANKS_ONLY = {"transformer-bf16-f32": {"module_buckets"}}
 
 
 @pytest.mark.inductor
-@pytest.mark.parametrize("world_size", [2, pytest.param(4, marks=pytest.mark.first_release)])
+# 4 ranks: `nox -s conformance` (slow: minutes per model; the default session keeps 2 ranks).
+@pytest.mark.parametrize("world_size", [2, pytest.param(4, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("model_id", [
     # The Transformer is the real-model check on every release; the smaller
     # models test the pass's plans (module plan, uneven shards) on the first.
