@@ -135,13 +135,13 @@ def _torch_manual_apply(gm: fx.GraphModule, **options) -> None:
     plan = options.get("module_buckets")
     if plan is None:
         return  # nothing to bucket without a plan
-    with _gpu_figures_without_triton():
+    with _gpu_figures_without_gpu():
         manual_overlap_bucketing(gm, module_bucket_plans=[p if isinstance(p, str) else list(p) for p in plan],
                                  module_stack_fn=_module_stack)
 
 
 @contextlib.contextmanager
-def _gpu_figures_without_triton():
+def _gpu_figures_without_gpu():
     """torch's schedulers estimate node runtimes from GPU figures they ask Triton's
     driver for, even on CPU graphs. Without a GPU (no driver, or no triton), answer
     with constants instead of failing the compile: what the estimates steer is
@@ -191,7 +191,7 @@ def _torch_overlap_apply(gm: fx.GraphModule, **options) -> None:
         settings["custom_runtime_estimation"] = lambda node, size: (
             None if "_c10d_functional" in str(node.target) else 0.1)
         estimates = unittest.mock.patch.object(overlap_scheduling, "estimate_runtime_analytical", lambda node: 0.1)
-    with _gpu_figures_without_triton(), estimates:
+    with _gpu_figures_without_gpu(), estimates:
         out = schedule_overlap_bucketing(gm, **{k: v for k, v in settings.items() if k in accepted})
     if out is not gm:
         gm.graph = out.graph

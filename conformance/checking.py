@@ -9,12 +9,24 @@ from __future__ import annotations
 
 import traceback
 
-from . import harness, verdict
+from . import catalog, harness, verdict
+from .programs import GLOO_UNSUPPORTED
 
 LEVELS = {
     "fx": (harness.run_fx_case, verdict.fx),
     "inductor": (harness.run_inductor_case, verdict.inductor),
 }
+
+
+def skip_reason(case_id: str, adapter, level: str = "fx", backend: str = "gloo") -> str | None:
+    """Why `case_id` is not run for `adapter`, the same answer on every rank and in every front
+    end (pytest, unittest, torchrun), or None."""
+    case, world = catalog.get(case_id)
+    if level == "inductor" and backend == "gloo" and any((s.cast_from or s.dtype) in GLOO_UNSUPPORTED
+                                                         for s in case.steps):
+        # The compiled check runs the program eagerly too; gloo cannot move these dtypes.
+        return "gloo cannot run fp8/int16 collectives eagerly (checked at FX level, as bytes)"
+    return adapter.unhonoured(case.options_for(world))
 
 
 def check_on_rank(ctx, case_id: str, adapter, level: str = "fx", group=None) -> tuple[str, str]:

@@ -133,10 +133,22 @@ class _Driver:
         return True
 
 
-def _interface(p: Preset):
+def _answers(props: _Properties) -> dict:
+    """What `torch.cuda` and Dynamo's `cuda` interface both answer: one device, the preset's."""
+    return {
+        "is_available": lambda: True,
+        "device_count": lambda: 1,
+        "current_device": lambda: 0,
+        "set_device": lambda device: None,
+        "synchronize": lambda device=None: None,
+        "get_device_properties": lambda device=None: props,
+        "is_bf16_supported": lambda including_emulation=True: True,
+    }
+
+
+def _interface(p: Preset, props: _Properties):
     """Dynamo's device interface for `cuda`, answering from the preset."""
     base = _seam("torch._dynamo.device_interface", "CudaInterface")
-    props = _Properties(p)
 
     class Worker(base.Worker):
         @staticmethod
@@ -156,14 +168,8 @@ def _interface(p: Preset):
 
     FakeCudaInterface.Worker = Worker
     for name, fn in {
-        "current_device": lambda: 0,
-        "set_device": lambda device: None,
-        "device_count": lambda: 1,
-        "synchronize": lambda device=None: None,
-        "get_device_properties": lambda device=None: props,
+        **_answers(props),
         "get_raw_stream": lambda device=None: 0,
-        "is_bf16_supported": lambda including_emulation=False: True,
-        "is_available": lambda: True,
         "get_compute_capability": lambda device=None: p.capability,
         "is_triton_capable": lambda device=None: True,
         "raise_if_triton_unavailable": lambda device=None: None,
@@ -186,15 +192,9 @@ def target(arch: str):
 
     previous_interface = get_interface("cuda")  # also runs torch's own registration first
     cuda_answers = {
-        "is_available": lambda: True,
-        "device_count": lambda: 1,
-        "current_device": lambda: 0,
-        "set_device": lambda device: None,
-        "synchronize": lambda device=None: None,
-        "get_device_properties": lambda device=None: props,
+        **_answers(props),
         "get_device_capability": lambda device=None: (p.major, p.minor),
         "get_device_name": lambda device=None: p.name,
-        "is_bf16_supported": lambda including_emulation=True: True,
         "_lazy_init": lambda: None,
         "is_initialized": lambda: True,
         "_exchange_device": lambda device: 0,
@@ -206,7 +206,7 @@ def target(arch: str):
         for name, fn in cuda_answers.items():
             _seam("torch.cuda", name)
             stack.enter_context(mock.patch.object(torch.cuda, name, fn))
-        register("cuda", _interface(p))
+        register("cuda", _interface(p, props))
         stack.callback(register, "cuda", previous_interface)
         previous_driver = driver._active
         driver.set_active(_Driver(p))

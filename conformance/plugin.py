@@ -93,13 +93,12 @@ def rank_pools(conformance_device):
     pools.close()
 
 
-def expect_result(adapter, check_id: str, request, options: dict | None = None) -> None:
+def expect_result(adapter, check_id: str, request, skip: str | None = None) -> None:
     """The one place expected failures apply (conformance/known_failures.py), for every test
     family: the check runs, and passing where the adapter is expected to fail fails (strict).
-    A case needing options the adapter does not honour is skipped, saying which."""
-    unhonoured = adapter.unhonoured(options or {})
-    if unhonoured:
-        pytest.skip(f"{check_id}: {unhonoured}")
+    `skip`: why the check does not run (conformance.checking.skip_reason), if it does not."""
+    if skip:
+        pytest.skip(f"{check_id}: {skip}")
     reason = adapter.xfail_reason(check_id)
     if reason:
         request.applymarker(pytest.mark.xfail(
@@ -112,12 +111,12 @@ def inductor_case(adapter, case_id: str, request) -> None:
     if adapter.inductor_pass is None:
         pytest.skip(f"adapter {adapter.name} has no Inductor form")
     from .adapters import check_id
-    from .catalog import BY_NAME, get
+    from .catalog import BY_NAME
+    from .checking import skip_reason
 
     if case_id.rpartition("-w")[0] not in BY_NAME:  # a compiled check of its own (model:..., fsdp-autograd-...)
         expect_result(adapter, case_id, request)
         return
-    case, world = get(case_id)
     # Compiled checks have their own ids: a pass may fail a case at FX level (say,
     # a graph that differs per rank) and still compile to the same results.
-    expect_result(adapter, check_id(case_id, "inductor"), request, case.options_for(world))
+    expect_result(adapter, check_id(case_id, "inductor"), request, skip_reason(case_id, adapter, "inductor"))

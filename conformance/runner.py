@@ -30,8 +30,7 @@ import xml.etree.ElementTree as ET
 from datetime import timedelta
 
 from . import adapters, catalog
-from .checking import LEVELS, check_on_rank
-from .programs import GLOO_UNSUPPORTED
+from .checking import LEVELS, check_on_rank, skip_reason
 
 
 @dataclasses.dataclass
@@ -156,15 +155,10 @@ def main(argv=None) -> int:
         return 4
 
     for case_id in case_ids:
-        case, world_size = catalog.get(case_id)
-        skip_reason = adapter.unhonoured(case.options_for(world_size))
-        if args.level == "inductor" and backend == "gloo" and any(
-                (s.cast_from or s.dtype) in GLOO_UNSUPPORTED for s in case.steps):
-            # The compiled check runs the program eagerly too; gloo cannot move these dtypes.
-            skip_reason = "gloo cannot run fp8/int16 collectives eagerly (checked at FX level, as bytes)"
-        if skip_reason:  # the same answer on every rank: no collective is issued for it
-            outcomes.append(Outcome(case_id, "skipped", 0.0, skip_reason))
-            say(f"SKIPPED {case_id}: {skip_reason}")
+        skip = skip_reason(case_id, adapter, args.level, backend)
+        if skip:  # the same answer on every rank: no collective is issued for it
+            outcomes.append(Outcome(case_id, "skipped", 0.0, skip))
+            say(f"SKIPPED {case_id}: {skip}")
             continue
         current.update(case=case_id, start=time.perf_counter())
         watchdog = threading.Timer(args.case_timeout, overtime, (case_id,))

@@ -30,8 +30,8 @@ import tempfile
 import unittest
 from datetime import timedelta
 
-from . import adapters, catalog, runner
-from .checking import check_on_rank
+from . import adapters, runner
+from .checking import check_on_rank, skip_reason
 
 CASE_TIMEOUT = timedelta(seconds=300)
 SUBGROUPS = {"pairs", "halves", "strided"}  # made by pool._make_groups on even worlds of 4 or more
@@ -76,10 +76,9 @@ class _Conformance:
         groups = {"world", "alt"} | (SUBGROUPS if cls.world_size % 2 == 0 and cls.world_size > 2 else set())
         for case_id in runner.select(cls.world_size, [p for p in patterns if p != "*"], groups):
             test = _case_test(case_id)
-            case, world = catalog.get(case_id)
-            unhonoured = adapter.unhonoured(case.options_for(world))
-            if unhonoured:
-                test = unittest.skip(unhonoured)(test)
+            skip = skip_reason(case_id, adapter, cls.level, cls.backend_str())
+            if skip:
+                test = unittest.skip(skip)(test)
             elif adapter.xfail_reason(adapters.check_id(case_id, cls.level)):
                 test = unittest.expectedFailure(test)
             setattr(cls, "test_" + case_id.replace("-", "_"), test)
