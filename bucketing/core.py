@@ -17,7 +17,7 @@ import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from . import cost, memory, ordering, report, schedule
+from . import cost, lowering, memory, ordering, report, schedule
 from .collectives import find_collectives
 from .options import BucketingOptions, make_options
 from .planning import plan_buckets
@@ -29,8 +29,8 @@ log = logging.getLogger("bucketing")
 # The modules the pass runs: their source is the pass's cache key (with the
 # options), so editing the demo or the docs leaves users' FX graph caches valid.
 PASS_MODULES = (
-    "__init__", "collectives", "core", "cost", "effects", "kinds", "layout", "locality", "memory",
-    "modules", "ops", "options", "ordering", "planning", "records", "report", "rewrite", "schedule",
+    "__init__", "collectives", "core", "cost", "effects", "kinds", "layout", "locality", "lowering",
+    "memory", "modules", "ops", "options", "ordering", "planning", "records", "report", "rewrite", "schedule",
 )
 _SOURCE_FILES = tuple(os.path.join(os.path.dirname(__file__), f"{name}.py") for name in PASS_MODULES)
 
@@ -54,6 +54,7 @@ def explain(plan_or_gm, **options) -> str:
 
 
 def _apply(graph: fx.Graph, opts: BucketingOptions) -> Plan:
+    lowering.install()
     # Metadata of new nodes comes from the graph's own fake mode; a mode the
     # caller has active would route every meta computation through its dispatch.
     with unset_fake_temporarily():

@@ -167,6 +167,40 @@ def census(code: str) -> dict[str, int]:
     return {kind: len(pattern.findall(body)) for kind, pattern in _LAUNCHES.items()}
 
 
+_COLLECTIVE_RESULT = re.compile(r"^\s*(buf\d+) = torch\.ops\._c10d_functional\.(?:all_gather_into_tensor|"
+                                r"reduce_scatter_tensor|all_reduce)\.default\(", re.M)
+_IN_PLACE_COLLECTIVE = re.compile(r"torch\.ops\._c10d_functional\.all_reduce_\.default\((buf\d+)")
+_ASSIGNMENT = re.compile(r"^\s*(buf\d+) = (.*)$", re.M)
+_KERNEL_LAUNCH = re.compile(r"^\s*((?:triton|cpp_fused)_\w+)(?:\.run)?\((.*)\)$", re.M)
+
+
+def _merged_arguments(code: str) -> dict[str, set[int]]:
+    """Per kernel launched in the wrapper, the positions of its arguments that are a
+    collective's result or a view of it."""
+    body = code[code.find("def call("):]
+    merged = set(_COLLECTIVE_RESULT.findall(body)) | set(_IN_PLACE_COLLECTIVE.findall(body))
+    for name, value in _ASSIGNMENT.findall(body):  # views and aliases, in wrapper order
+        if merged & set(re.findall(r"\bbuf\d+\b", value)):
+            merged.add(name)
+    found: dict[str, set[int]] = {}
+    for kernel, args in _KERNEL_LAUNCH.findall(body):
+        positions = {i for i, arg in enumerate(a.strip() for a in args.split(",")) if arg in merged}
+        if positions:
+            found.setdefault(kernel, set()).update(positions)
+    return found
+
+
+def copy_out_kernels(code: str) -> set[str]:
+    """Names of the kernels that read a collective's result (or a view of it) in the wrapper.
+
+    In a bucketed module these hold the bucket's copy-out: consumers read the
+    dense members it writes, never the merged buffer itself. (A C++ kernel may
+    also hold consumers' loops: the CPU backend puts consecutive loop nests in
+    one function; `kernels(..., leaving_out_copies=True)` separates them.)
+    """
+    return set(_merged_arguments(code))
+
+
 def differences(code_a: str, code_b: str) -> list[str]:
     """Lines that differ between two generated modules, comments and blank lines aside."""
     import difflib
@@ -189,15 +223,59 @@ _NOT_COMPUTE = re.compile(r"^\s*(?:#|triton_meta=|inductor_meta=|filename=|size_
                           r"(?:const )?[\w:<>]+\*\s+ptr[,)]|\[|'|\]|@triton\.jit|import |from |triton_helpers\.)")
 
 
-def kernels(code: str) -> list[str]:
-    """The generated kernels' arithmetic, sorted: each kernel's source without its name, comments,
-    launch metadata and parameter list, every buffer named `ptr`. Two modules whose lists are
-    equal run the same operations on the same indices in the same order."""
+_CPP_PARAMS = re.compile(r'extern "C"\s+void\s+kernel\((.*?)\)', re.S)
+
+
+def _loop_nests(cpp_body: str) -> list[str]:
+    """The top-level `{ ... }` blocks of a C++ kernel's function body: one per loop nest."""
+    start = cpp_body.find("{", _CPP_PARAMS.search(cpp_body).end())
+    nests, depth, opened = [], 0, None
+    for i in range(start + 1, len(cpp_body)):
+        ch = cpp_body[i]
+        if ch == "{":
+            depth += 1
+            # A nest opens on a line of its own; `{0}` in a declaration does not.
+            if depth == 1:
+                line_start = cpp_body.rfind("\n", 0, i) + 1
+                opened = i if not cpp_body[line_start:i].strip() else None
+        elif ch == "}":
+            if depth == 0:
+                break
+            depth -= 1
+            if depth == 0 and opened is not None:
+                nests.append(cpp_body[opened:i + 1])
+    return nests
+
+
+def _normalized(text: str, name: str) -> str:
+    text = _POINTER.sub("ptr", text.replace(name, "KERNEL"))
+    return "\n".join(line for line in text.splitlines() if line.strip() and not _NOT_COMPUTE.match(line))
+
+
+def kernels(code: str, leaving_out_copies: bool = False) -> list[str]:
+    """The generated kernels' arithmetic, distinct and sorted: each Triton kernel's source and
+    each loop nest of a C++ kernel, without names, comments, launch metadata and parameter
+    lists, every buffer named `ptr`. Two modules whose lists are equal run the same operations
+    on the same indices in the same order. (Distinct: Inductor defines a kernel once however
+    often it is launched, and the CPU backend may put several nests in one function.)
+
+    `leaving_out_copies`: leave out the copies that read a collective's result (a bucketed
+    module's copy-out), so what remains is the program's own compute.
+    """
+    merged = _merged_arguments(code) if leaving_out_copies else {}
     out = []
     for name, body in _KERNEL_DEF.findall(code):
-        body = _POINTER.sub("ptr", body.replace(name, "KERNEL"))
-        out.append("\n".join(line for line in body.splitlines() if line.strip() and not _NOT_COMPUTE.match(line)))
-    return sorted(out)
+        signature = _CPP_PARAMS.search(body)
+        if signature is None:  # a Triton kernel: a copy-out kernel is one of its own
+            if name not in merged:
+                out.append(_normalized(body, name))
+            continue
+        params = [p.split()[-1].lstrip("*") for p in signature.group(1).split(",") if p.strip()]
+        copied_from = {params[i] for i in merged.get(name, ()) if i < len(params)}
+        for nest in _loop_nests(body):
+            if not any(re.search(rf"\b{p}\b", nest) for p in copied_from):
+                out.append(_normalized(nest, name))
+    return sorted(set(out))
 
 
 def compute_calls(code: str) -> list[str]:

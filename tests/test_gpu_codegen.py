@@ -31,10 +31,25 @@ def test_the_command_prints_cuda_code_with_one_all_gather_for_the_bucket():
 
 @pytest.mark.inductor
 @pytest.mark.parametrize("members", [2, 8, 64])
-def test_our_copy_ops_launch_one_kernel_per_dtype_each_way(members):
-    """bf16 beside f32: one cat per dtype in, one split copy per dtype out, whatever the member count."""
+def test_one_copy_in_op_and_one_copy_out_kernel_whatever_the_member_count(members):
+    """bf16 beside f32: one cat per dtype in (inside our op), one Triton kernel out for every member."""
     code = codegen.case_code(f"ag-members-{members}-w4", "project", "cuda", "sm90")
-    assert kernels_inside_our_ops(code) == 2 + 2
+    assert kernels_inside_our_ops(code) == 2
+    assert codegen.census(code)["triton"] == 1
+    assert codegen.copy_out_kernels(code) == {"triton_for_fused_0"}
+
+
+@pytest.mark.inductor
+def test_a_copy_out_the_lowering_cannot_build_stays_our_op(monkeypatch):
+    from bucketing import lowering
+
+    def refuse(*args, **kwargs):
+        raise NotImplementedError("no such piece in this release")
+
+    monkeypatch.setattr(lowering, "_copies", refuse)
+    code = codegen.case_code("ag-members-2-w4", "project", "cuda", "sm90")
+    assert "torch.ops.bucketing_ops.copy_out.default(" in code
+    assert codegen.census(code)["triton"] == 0
 
 
 def test_a_moved_seam_is_named_with_the_torch_version(monkeypatch):
