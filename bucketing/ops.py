@@ -4,7 +4,8 @@ Namespace `bucketing_ops`: torch's own pass owns `bucketing::`, and both must
 load into one process. Dtypes travel as their names (`"bfloat16"`), which do
 not move between torch releases.
 
-The copy-in and the copy-out are ops of ours; the collective stays a plain
+The copy-in and the copy-out are ops of ours (the copy-out lowered into
+Inductor kernels by lowering.py); the collective stays a plain
 `_c10d_functional` op, so Inductor's comm analysis sees it.
 """
 
@@ -203,9 +204,9 @@ def _copy_out_stretches(offsets: tuple, row_bytes: tuple, dtypes: str) -> list:
 # The copy-out is an op of ours, not aten views: Inductor fuses views of the
 # merged buffer into each consumer, which then reads a strided slice instead of
 # the dense tensor the unbucketed collective gave it, may compile to another
-# kernel (another summation order) and so change the last bits. Members made
-# by an opaque op are dense buffers, read by the very kernels the unbucketed
-# graph had.
+# kernel (another summation order) and so change the last bits. In a compiled
+# step the op is lowered (lowering.py) to copies Inductor fuses with nothing;
+# this implementation runs eagerly and wherever the lowering does not apply.
 _lib.define(
     "copy_out(Tensor buffer, int rows, int[] offsets, int[] row_bytes, str dtypes, int[] shapes, int[] ndims)"
     " -> Tensor[]"

@@ -4,7 +4,10 @@ Counted in the code Inductor generates for `cpu` and the GPU presets (see
 test_codegen.py): per bucket one collective and one wait, the copy-in and the
 copy-out, no host-to-device copy, and a count that does not grow with the
 bucket's member count. The program's own kernels (what consumes the gathered
-members) must be the unbucketed compile's kernels, operation for operation.
+members) must be the unbucketed compile's kernels, operation for operation:
+the copy-out's loops (those reading the collective's result) are set aside,
+and on the CPU each loop nest is compared, since the CPU backend may put the
+copy-out's loops and a consumer's in one function.
 """
 
 from __future__ import annotations
