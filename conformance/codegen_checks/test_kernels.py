@@ -21,7 +21,6 @@ from conformance.codegen_checks.test_codegen import TARGETS, generated_code, tar
 from conformance.plugin import expect_result
 
 MEMBER_COUNTS = (2, 8, 64)  # ag-members-N: N all-gathers alternating f32 and bf16, odd sizes
-GPU_TARGETS = tuple(t for t in TARGETS if t != "cpu")
 
 
 def _checked(adapter, check_id: str, request):
@@ -63,10 +62,7 @@ def test_launches_per_bucket_do_not_grow_with_members(target, bucketing_adapter,
 COMPUTE_CASES = {
     "policy-layers-merge-all": TARGETS,
     "policy-layers-one-per-layer": TARGETS,
-    # On the CPU, consumers of one copy-out's members sit in one region with no
-    # wait between them and Inductor fuses them into one loop nest: the same
-    # arithmetic per element in other kernel text, so compared on GPU presets.
-    "ag-users-between": GPU_TARGETS,
+    "ag-users-between": TARGETS,
 }
 
 
