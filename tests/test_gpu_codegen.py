@@ -24,6 +24,8 @@ def test_the_command_prints_cuda_code_with_one_all_gather_for_the_bucket():
     assert run.returncode == 0, run.stderr[-3000:]
     code = run.stdout
     assert len(re.findall(r"all_gather_into_tensor\.default\(", code)) == 1, code
+    assert "@triton.jit" in code  # the copy-out kernel (the case has no other compute)
+    assert codegen.copy_out_kernels(code) == {"triton_for_fused_0"}
     assert "with torch.cuda._DeviceGuard(0):" in code
     assert "device='cuda:0'" in code and "device='cpu'" not in code
     assert "empty_strided_cpu(" not in code[code.find("def call("):]
