@@ -6,7 +6,8 @@ merged buffer into a dense buffer of its own, with two guarantees:
 
 - the copies of a bucket form one foreach group, which Triton emits as one
   kernel however many members the bucket has (CPU code has no foreach kernels:
-  one loop per member, all in the compiled module);
+  one loop per member, which is why the CPU keeps the op unless
+  `lower_copy_out="always"`);
 - no copy fuses with anything (`no_fuse_buffer_names`, the mechanism Inductor
   uses for its own all-reduce input): a consumer reads a dense, contiguous
   buffer with the sizes and strides the unbucketed collective gave it, so it
@@ -51,11 +52,34 @@ def install() -> None:
     _installed = True
 
 
+# The copy-out node's meta entry saying where it is lowered (options.lower_copy_out).
+WHERE = "bucketing_lower_copy_out"
+
+
+def mark(nodes, where: str) -> None:
+    """Tag the copy-out nodes among `nodes` with where they are lowered."""
+    for node in nodes:
+        if node.target is torch.ops.bucketing_ops.copy_out.default:
+            node.meta[WHERE] = where
+
+
+def _lowered_here(device) -> bool:
+    from torch._inductor.codegen.common import BackendFeature
+    from torch._inductor.virtualized import V
+
+    node = V.graph.current_node
+    where = node.meta.get(WHERE, "gpu") if node is not None else "gpu"
+    if where == "gpu":
+        return V.graph.has_feature(device, BackendFeature.FOREACH)
+    return where == "always"
+
+
 def _lower_copy_out(buffer, rows, offsets, row_bytes, dtypes, shapes, ndims):
     from torch._inductor import lowering as inductor_lowering
 
     try:
-        return _copies(buffer, rows, offsets, row_bytes, dtypes.split(","), ops._member_shapes(shapes, ndims))
+        if _lowered_here(buffer.get_device()):
+            return _copies(buffer, rows, offsets, row_bytes, dtypes.split(","), ops._member_shapes(shapes, ndims))
     except Exception as error:  # an Inductor release without a piece used here
         log.info("bucketing: copy-out kept as an op (lowering failed: %s)", error)
     fallback = inductor_lowering.fallback_handler(torch.ops.bucketing_ops.copy_out.default, add_to_fallback_set=False)

@@ -20,6 +20,7 @@ COLLECTIVE_KINDS = kinds.NAMES
 MB = 2**20
 POLICIES = ("module", "locality", "merge_all")
 COPY_OUTS = ("copy", "views")
+LOWER_COPY_OUTS = ("gpu", "always", "never")
 
 # torch's own default cap is 2000 MB; we keep the same "merge generously" default.
 DEFAULT_BUCKET_CAP_MB = 2000.0
@@ -45,6 +46,12 @@ class BucketingOptions:
     # merged buffer that Inductor fuses into consumers (no copy), which may
     # change a consumer's kernel and its summation order: NOT bit-identical.
     copy_out: str = "copy"
+    # Where copy_out="copy" becomes Inductor kernels (lowering.py) rather than
+    # our op: "gpu" (default): on devices whose Inductor backend has foreach
+    # kernels (Triton: one kernel per bucket); the CPU keeps the op, one call per
+    # bucket, where one C++ loop per member would cost more to compile than it
+    # saves. "always", "never". Results are bit-identical either way.
+    lower_copy_out: str = "gpu"
     # "module" (default): one bucket per block (module.py: the outermost
     # indexed module, or one of `block_classes`) read from the graph's module
     # metadata; collectives outside any block follow the locality rule.
@@ -92,6 +99,8 @@ class BucketingOptions:
             raise ValueError(f"fuse_casts must be a bool, got {self.fuse_casts!r}")
         if self.copy_out not in COPY_OUTS:
             raise ValueError(f"copy_out must be one of {COPY_OUTS}, got {self.copy_out!r}")
+        if self.lower_copy_out not in LOWER_COPY_OUTS:
+            raise ValueError(f"lower_copy_out must be one of {LOWER_COPY_OUTS}, got {self.lower_copy_out!r}")
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
         object.__setattr__(self, "module_buckets", modules.check_module_buckets(self.module_buckets))
@@ -141,6 +150,7 @@ class BucketingOptions:
             self.locality_flops,
             self.memory_budget_mb,
             self.copy_out,
+            self.lower_copy_out,
             self.block_classes,
             self.module_buckets,
         )

@@ -171,6 +171,8 @@ _COLLECTIVE_RESULT = re.compile(r"^\s*(buf\d+) = torch\.ops\._c10d_functional\.(
                                 r"reduce_scatter_tensor|all_reduce)\.default\(", re.M)
 _IN_PLACE_COLLECTIVE = re.compile(r"torch\.ops\._c10d_functional\.all_reduce_\.default\((buf\d+)")
 _ASSIGNMENT = re.compile(r"^\s*(buf\d+) = (.*)$", re.M)
+# A wrapper line that makes a view or an alias of a buffer (not an op's new result).
+_ALIAS = re.compile(r"(?:(buf\d+)(?:;|$)|reinterpret_tensor\((buf\d+)|torch\.ops\.aten\.(?:view|alias|as_strided)\.\w+\((buf\d+))")
 _KERNEL_LAUNCH = re.compile(r"^\s*((?:triton|cpp_fused)_\w+)(?:\.run)?\((.*)\)$", re.M)
 
 
@@ -180,7 +182,8 @@ def _merged_arguments(code: str) -> dict[str, set[int]]:
     body = code[code.find("def call("):]
     merged = set(_COLLECTIVE_RESULT.findall(body)) | set(_IN_PLACE_COLLECTIVE.findall(body))
     for name, value in _ASSIGNMENT.findall(body):  # views and aliases, in wrapper order
-        if merged & set(re.findall(r"\bbuf\d+\b", value)):
+        alias = _ALIAS.match(value)
+        if alias and (alias.group(1) or alias.group(2) or alias.group(3)) in merged:
             merged.add(name)
     found: dict[str, set[int]] = {}
     for kernel, args in _KERNEL_LAUNCH.findall(body):
