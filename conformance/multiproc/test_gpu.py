@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance import catalog, verdict
+from conformance import adapters, catalog, verdict
 from conformance.gpu import backend_for, suitable_gpu
 from conformance.plugin import expect_result
 from conformance.pool import raise_on_failure
@@ -31,27 +31,36 @@ def cuda_ready(conformance_device):
         pytest.skip(f"no suitable GPU: {why}")
 
 
+def _run_on_device(level: str, name: str, world_size: int, rank_pools, adapter, request) -> None:
+    """One case on CUDA ranks at `level` ("fx" or "inductor"), judged like the CPU suite.
+
+    At world size 1 only the bytes are judged: structure expectations are written
+    for 2+ ranks."""
+    case_id = f"{name}-w{world_size}"
+    expect_result(adapter, adapters.check_id(case_id, level), request)
+    backend = backend_for(world_size)
+    task = "run_fx_case" if level == "fx" else "run_inductor_case"
+    results = raise_on_failure(
+        rank_pools.get(world_size, backend).run(
+            f"conformance.harness:{task}", timeout_s=600, case_id=case_id, adapter_spec=adapter.spec,
+        ),
+        f"{case_id} ({backend}, {level})",
+    )
+    if world_size == 1:
+        keys = ("diff",) if level == "fx" else ("vs_eager", "vs_compiled")
+        for rank, r in enumerate(results):
+            diffs = [r[k] for k in keys if r[k] is not None]
+            assert not diffs, f"{case_id}: rank {rank}: {diffs}\n{r['plan']}"
+    else:
+        failure = (verdict.fx if level == "fx" else verdict.inductor)(case_id, results, adapter)
+        assert failure is None, failure
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("world_size", [1, 2])
 @pytest.mark.parametrize("name", GPU_CASES)
 def test_cuda_case(name, world_size, cuda_ready, rank_pools, bucketing_adapter, request):
-    case_id = f"{name}-w{world_size}"
-    expect_result(bucketing_adapter, case_id, request)
-    backend = backend_for(world_size)
-    results = raise_on_failure(
-        rank_pools.get(world_size, backend).run(
-            "conformance.harness:run_fx_case", timeout_s=300, case_id=case_id,
-            adapter_spec=bucketing_adapter.spec,
-        ),
-        f"{case_id} ({backend})",
-    )
-    if world_size == 1:
-        # Structure expectations are written for 2+ ranks; results must still match.
-        for rank, r in enumerate(results):
-            assert r["diff"] is None, f"{case_id}: rank {rank}: {r['diff']}\n{r['plan']}"
-    else:
-        failure = verdict.fx(case_id, results, bucketing_adapter)
-        assert failure is None, failure
+    _run_on_device("fx", name, world_size, rank_pools, bucketing_adapter, request)
 
 
 # Compiled on the device: the copy-out is Triton kernels there (bucketing/lowering.py),
@@ -65,23 +74,7 @@ COMPILED_GPU_CASES = ["ag-pair-bf16-f32", "ag-8way", "ag-bf16-f32-odd", "ag-user
 @pytest.mark.parametrize("world_size", [1, 2])
 @pytest.mark.parametrize("name", COMPILED_GPU_CASES)
 def test_cuda_compiled_case(name, world_size, cuda_ready, rank_pools, bucketing_adapter, request):
-    case_id = f"{name}-w{world_size}"
-    expect_result(bucketing_adapter, f"inductor:{case_id}", request)
-    backend = backend_for(world_size)
-    results = raise_on_failure(
-        rank_pools.get(world_size, backend).run(
-            "conformance.harness:run_inductor_case", timeout_s=600, case_id=case_id,
-            adapter_spec=bucketing_adapter.spec,
-        ),
-        f"{case_id} ({backend}, compiled)",
-    )
-    if world_size == 1:
-        # Collective counts are written for 2+ ranks; the bytes must still match.
-        for rank, r in enumerate(results):
-            assert (r["vs_eager"], r["vs_compiled"]) == (None, None), f"{case_id}: rank {rank}: {r}"[:3000]
-    else:
-        failure = verdict.inductor(case_id, results, bucketing_adapter)
-        assert failure is None, failure
+    _run_on_device("inductor", name, world_size, rank_pools, bucketing_adapter, request)
 
 
 @pytest.mark.gpu
