@@ -5,7 +5,8 @@ fallback. Lowered, each member becomes an Inductor copy of its columns of the
 merged buffer into a dense buffer of its own, with two guarantees:
 
 - the copies of a bucket form one foreach group, which Triton emits as one
-  kernel however many members the bucket has (CPU code has no foreach kernels:
+  kernel (Inductor splits it by kernel arguments: 2 kernels at 128 members,
+  3 at 256; CPU code has no foreach kernels:
   one loop per member, which is why the CPU keeps the op unless
   `lower_copy_out="always"`);
 - no copy fuses with anything (`no_fuse_buffer_names`, the mechanism Inductor
