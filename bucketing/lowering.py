@@ -1,4 +1,4 @@
-"""Inductor lowering of the copy-out: one copy kernel per bucket, fused with nothing.
+"""Inductor lowering of the copy-out: one foreach copy per bucket, fused with nothing.
 
 Without it the copy-out is an opaque op (ops.py) that Inductor calls as a
 fallback. Lowered, each member becomes an Inductor copy of its columns of the
