@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 import nox
+from nox.command import CommandFailed
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
@@ -29,9 +30,18 @@ WORLD8_SUBSET = ("ag-pair-bf16-f32", "ag-bf16-f32-odd", "ag-members-64", "ag-sub
                  "rs-sum", "ar-sum", "mixed-kinds", "fsdp-like")
 
 
-def _install(session: nox.Session, extras: str = "test", torch_spec: str = TORCH) -> None:
+# PyPI's CUDA build of torch 2.11 is several GB: resume an interrupted download
+# rather than fail at the first reset connection.
+PIP_ENV = {"PIP_RESUME_RETRIES": "20"}
+
+
+def _install_torch(session: nox.Session, torch_spec: str) -> None:
     triton = TRITON_FOR.get(torch_spec.partition("==")[2])
-    session.install(torch_spec, *([f"triton=={triton}"] if triton else []))
+    session.install(torch_spec, *([f"triton=={triton}"] if triton else []), env=PIP_ENV)
+
+
+def _install(session: nox.Session, extras: str = "test", torch_spec: str = TORCH) -> None:
+    _install_torch(session, torch_spec)
     session.install("-e", f".[{extras}]")
 
 
@@ -40,7 +50,19 @@ def _install(session: nox.Session, extras: str = "test", torch_spec: str = TORCH
 def tests(session: nox.Session, torch: str) -> None:
     """Unit tests, the FX-level conformance catalog, the model family, the Inductor subset and
     codegen checks (CPU, gloo), on one torch release."""
-    _install(session, torch_spec=f"torch=={torch}")
+    if torch == TORCH_RELEASES[0] or os.environ.get("BUCKETING_REQUIRE_ALL_RELEASES"):
+        _install_torch(session, f"torch=={torch}")
+    else:
+        # A later release comes from PyPI (a multi-GB download, not on this
+        # machine's disk): when the registry cannot deliver it, say so loudly and
+        # skip that release rather than fail the first release's verdict.
+        # BUCKETING_REQUIRE_ALL_RELEASES=1 makes it fatal.
+        try:
+            _install_torch(session, f"torch=={torch}")
+        except CommandFailed:
+            session.skip(f"torch=={torch} NOT TESTED: it could not be installed (pip says why above); "
+                         "set BUCKETING_REQUIRE_ALL_RELEASES=1 to fail instead")
+    session.install("-e", ".[test]")
     # Later releases skip what is costly or release-independent (4-rank model
     # runs, launcher and cache checks), so the default session stays short.
     markers = "not slow and not gpu" + ("" if torch == TORCH_RELEASES[0] else " and not first_release")

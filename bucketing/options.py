@@ -48,7 +48,7 @@ class BucketingOptions:
     copy_out: str = "copy"
     # Where copy_out="copy" becomes Inductor kernels (lowering.py) rather than
     # our op: "gpu" (default): on devices whose Inductor backend has foreach
-    # kernels (Triton: one kernel per bucket); the CPU keeps the op, one call per
+    # kernels (Triton: one kernel per ~125 members); the CPU keeps the op, one call per
     # bucket, where one C++ loop per member would cost more to compile than it
     # saves. "always", "never". Results are bit-identical either way.
     lower_copy_out: str = "gpu"
