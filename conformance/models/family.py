@@ -3,7 +3,9 @@
 Each entry says how to build the model (identical initial weights on every
 rank), a batch per rank, the loss, and the autocast it runs under. Models come
 from `torch.testing._internal.distributed._tensor.common_dtensor`, the models
-torch's own distributed tests train.
+torch's own distributed tests train, and from `transformers` (its Llama, the
+architecture sharded training runs most: RMSNorm, rotary embeddings,
+grouped-query attention through SDPA, SwiGLU).
 """
 
 from __future__ import annotations
@@ -76,6 +78,39 @@ def _token_loss(logits, targets):
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
 
 
+# A small Llama: 2 decoder layers of 9 parameters each (4 attention
+# projections, 3 SwiGLU projections, 2 RMSNorms), grouped-query attention.
+LLAMA_CONFIG = dict(vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                    tie_word_embeddings=False, use_cache=False)
+
+
+class LlamaLogits(torch.nn.Module):
+    """transformers' `LlamaForCausalLM` returning logits; bf16 Linear, f32 Embedding and RMSNorm."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers import LlamaConfig, LlamaForCausalLM  # imported when the model is built
+
+        config = LlamaConfig(**LLAMA_CONFIG)
+        config._attn_implementation = "sdpa"
+        self.model = LlamaForCausalLM(config)
+        for module in self.model.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.to(torch.bfloat16)
+
+    def forward(self, tokens):
+        return self.model(input_ids=tokens).logits
+
+
+def _llama_tokens(rank: int, device: str) -> tuple:
+    gen = torch.Generator().manual_seed(4000 + rank)
+    shape = (2, 32)
+    tokens = torch.randint(0, LLAMA_CONFIG["vocab_size"], shape, generator=gen)
+    targets = torch.randint(0, LLAMA_CONFIG["vocab_size"], shape, generator=gen)
+    return tokens.to(device), targets.to(device)
+
+
 def _mlp_batch(rank: int, device: str) -> tuple:
     gen = torch.Generator().manual_seed(2000 + rank)
     return torch.randn(8, 10, generator=gen).to(device), torch.randn(8, 10, generator=gen).to(device)
@@ -130,6 +165,17 @@ MODELS = {
                   {"unbucketed": (29, 29), "default": (4, 7), "merge_all": (1, 2), "module_buckets": (4, 7),
                    "torch-manual": (7, 7)},
                   module_plan=[["tok_embeddings", "pos_embeddings"], "layers.0", "layers.1", ["norm", "output"]]),
+        ModelSpec("llama-hf-bf16-f32", LlamaLogits, _llama_tokens, _token_loss, torch.bfloat16,
+                  "transformers' LlamaForCausalLM (2 layers, hidden 128, GQA 4/2 heads, SDPA): bf16 Linear, "
+                  "f32 Embedding and RMSNorm, autocast bf16",
+                  # Default: one all-gather bucket per decoder layer (9 members, bf16 and
+                  # f32 in one collective), the final norm with the output projection,
+                  # the embedding alone (the final norm, the only other collective outside
+                  # the layers, may not join it: the locality window, with the whole model's
+                  # compute between them; listed as such). Reduce-scatters per layer and dtype,
+                  # the tail's two, the embedding's. merge_all: one all-gather across
+                  # attention, one reduce-scatter per dtype.
+                  {"unbucketed": (21, 21), "default": (4, 7), "merge_all": (1, 2)}),
         ModelSpec("mlp-stacked-f32", lambda: MLPStacked("cpu", n_layers=4), _mlp_batch, _mse, None,
                   "torch's test MLPStacked (4 blocks of Linear 10x16, 16x10) in f32; uneven shards at 4 ranks",
                   {"unbucketed": (16, 16), "default": (4, 4), "merge_all": (1, 1)}),
