@@ -36,6 +36,7 @@ def _variants(n: int, group: str) -> dict:
     return {
         "ours, copy-out op": (program, xs, bc.BucketingPass(lower_copy_out="never")),
         "ours, copy-out lowered": (program, xs, bc.BucketingPass(lower_copy_out="always")),
+        "ours, copy-out packed": (program, xs, bc.BucketingPass(copy_out="packed")),
         "unbucketed": (program, xs, None),
         "limit": (limit_program, limit_inputs, None),
     }

@@ -100,8 +100,7 @@ def _emit(graph: fx.Graph, buckets: list, opts: BucketingOptions, skipped: list)
 
 def _describe(graph: fx.Graph, emitted: list, whens: dict, issue_at: dict, opts: BucketingOptions) -> list:
     """The bucket reports; the cross-rank plan check goes in before positions are taken."""
-    views = opts.copy_out == "views"
-    reports = [report.describe(e, memory.extra_peak_bytes(e.bucket, whens, issue_at[id(e.bucket)], views))
+    reports = [report.describe(e, memory.extra_peak_bytes(e.bucket, whens, issue_at[id(e.bucket)], opts.copy_out))
                for e in emitted]
     if opts.verify_plan_across_ranks:
         _insert_plan_check(graph, reports)

@@ -21,7 +21,7 @@ from .schedule import issue_positions
 MAX_GROWTH_PER_MERGED_BYTE = 4
 
 
-def bucket_extra_intervals(bucket, whens: dict, issue: int, views: bool = False) -> list[tuple[int, int, int]]:
+def bucket_extra_intervals(bucket, whens: dict, issue: int, copy_out: str = "copy") -> list[tuple[int, int, int]]:
     """(start, end inclusive, bytes): how merging changes live bytes (negative: frees).
 
     With the default copy-out, the merged result lives from the bucket's issue
@@ -30,7 +30,8 @@ def bucket_extra_intervals(bucket, whens: dict, issue: int, views: bool = False)
     `views` (copy_out="views") members share the merged buffer, which exists
     from the issue and is held until every member is read (an all-gather
     member's clone is made at its first use; reduce-scatter and all-reduce
-    members are slices, held to the bucket's last use). Either way an input
+    members are slices, held to the bucket's last use). With "packed", members
+    are slices of the packed runs, which live to the bucket's last use. Either way an input
     read after its own collective's place is held until the issue. The
     packed input, and the copy-out's moment when the merged result and its
     members coexist, are bounded by the cap and not counted here.
@@ -38,8 +39,9 @@ def bucket_extra_intervals(bucket, whens: dict, issue: int, views: bool = False)
     ws = [whens[m.node] for m in bucket.members]
     first_use = min(w.first_use for w in ws)
     out = []
-    if views:
-        held_until = max(w.first_use if bucket.kind == "all_gather" else w.last_use for w in ws)
+    if copy_out != "copy":
+        clone_at_first_use = copy_out == "views" and bucket.kind == "all_gather"
+        held_until = max(w.first_use if clone_at_first_use else w.last_use for w in ws)
         for w in ws:
             if issue < w.position:
                 out.append((issue, w.position - 1, w.out_bytes))
@@ -68,21 +70,22 @@ def peak_of(intervals: list[tuple[int, int, int]]) -> int:
     return peak
 
 
-def extra_peak_bytes(bucket: Bucket, whens: dict, issue: int, views: bool = False) -> int:
+def extra_peak_bytes(bucket: Bucket, whens: dict, issue: int, copy_out: str = "copy") -> int:
     """The most this bucket alone adds to live bytes at any point."""
-    return peak_of(bucket_extra_intervals(bucket, whens, issue, views))
+    return peak_of(bucket_extra_intervals(bucket, whens, issue, copy_out))
 
 
 def split_to_budget(buckets: list[Bucket], whens: dict, graph: fx.Graph, budget: float,
-                    views: bool = False) -> list[Bucket]:
+                    copy_out: str = "copy") -> list[Bucket]:
     """The buckets, halved where needed so the estimated peak stays within `budget` bytes of the unbucketed one."""
     merged_bytes = sum(b.nbytes for b in buckets if len(b.members) > 1 and not b.explicit)
     if MAX_GROWTH_PER_MERGED_BYTE * merged_bytes <= budget:
         return buckets
-    return split_for_memory(buckets, whens, live_bytes(graph), budget, views)
+    return split_for_memory(buckets, whens, live_bytes(graph), budget, copy_out)
 
 
-def split_for_memory(buckets: list, whens: dict, base_live: list[int], budget: float, views: bool = False) -> list:
+def split_for_memory(buckets: list, whens: dict, base_live: list[int], budget: float,
+                     copy_out: str = "copy") -> list:
     """Halve the bucket that adds most at the estimated peak until it is within `budget` of the unbucketed one."""
     limit = max(base_live, default=0) + budget
     size = len(base_live) + 2
@@ -93,7 +96,7 @@ def split_for_memory(buckets: list, whens: dict, base_live: list[int], budget: f
         for b in buckets:
             if len(b.members) < 2 or b.explicit:  # the user's module_buckets entries stay whole
                 continue
-            per_bucket[id(b)] = intervals = bucket_extra_intervals(b, whens, issue[id(b)], views)
+            per_bucket[id(b)] = intervals = bucket_extra_intervals(b, whens, issue[id(b)], copy_out)
             for start, end, nbytes in intervals:
                 extra[start] += nbytes
                 extra[end + 1] -= nbytes

@@ -178,7 +178,6 @@ def _copy_out_impl(buffer, rows, offsets, row_bytes, dtypes, shapes, ndims):
     return outs
 
 
-@functools.lru_cache(maxsize=LAYOUT_CACHE_SIZE)
 def _copy_out_stretches(offsets: tuple, row_bytes: tuple, dtypes: str) -> list:
     """[(copy dtype name, first column, end column, [(member or -1 for a gap, width in elements)])].
 
@@ -186,7 +185,11 @@ def _copy_out_stretches(offsets: tuple, row_bytes: tuple, dtypes: str) -> list:
     aligns every member to its itemsize, so gaps inside a run are whole elements.
     """
     # bool is copied as bytes: a bool copy may turn any nonzero byte into 1.
-    names = ["uint8" if name == "bool" else name for name in dtypes.split(",")]
+    return _stretches(offsets, row_bytes, tuple("uint8" if name == "bool" else name for name in dtypes.split(",")))
+
+
+@functools.lru_cache(maxsize=LAYOUT_CACHE_SIZE)
+def _stretches(offsets: tuple, row_bytes: tuple, names: tuple) -> list:
     stretches: list = []
     for i in sorted(range(len(offsets)), key=lambda i: offsets[i]):
         size = dtype_from_name(names[i]).itemsize
@@ -219,6 +222,66 @@ def _(buffer, rows, offsets, row_bytes, dtypes, shapes, ndims):
     return [
         buffer.new_empty(shape, dtype=dtype_from_name(name))
         for name, shape in zip(dtypes.split(","), _member_shapes(shapes, ndims))
+    ]
+
+
+def packed_stretches(offsets: tuple, row_bytes: tuple, dtypes: str) -> list:
+    """The outputs of copy_out_packed: [(dtype name, first column, end column, [(member or -1, width)])].
+
+    One output per run of same-dtype members in column order (bool apart from
+    uint8): `rows` x (end - start) bytes, read in that dtype, the run's
+    columns row by row per member. A member at element column c of its run,
+    w elements wide, is elements [rows * c, rows * (c + w)) of the output.
+    """
+    return _stretches(offsets, row_bytes, tuple(dtypes.split(",")))
+
+
+@functools.lru_cache(maxsize=LAYOUT_CACHE_SIZE)
+def _row_templates(rows: int, widths: tuple, name: str) -> list:
+    """Shape holders [rows, width] for unflatten_dense_tensors (meta: no memory)."""
+    dtype = dtype_from_name(name)
+    return [torch.empty(rows, w, dtype=dtype, device="meta") for w in widths]
+
+
+def _copy_out_packed_impl(buffer, rows, offsets, row_bytes, dtypes):
+    """Members of a merged result packed densely, one flat tensor per run of same-dtype members.
+
+    Member i is bytes [offsets[i], offsets[i] + row_bytes[i]) of each of the
+    `rows` rows of `buffer`; in its run's output it is rows * width elements,
+    row after row: exactly the tensor its own collective returned. A constant
+    number of C++ calls per run, whatever its number of members (views into
+    the output made in one call, then one split copy), so members reach
+    consumers as contiguous slices at no per-member cost.
+    """
+    src = _as_bytes(buffer).view(rows, -1)
+    outs = []
+    for name, start, end, pieces in packed_stretches(tuple(offsets), tuple(row_bytes), dtypes):
+        copy_name = "uint8" if name == "bool" else name
+        dtype = dtype_from_name(copy_name)
+        region = src[:, start:end].view(dtype)
+        widths = tuple(width for _, width in pieces)
+        out = torch.empty(region.numel(), dtype=dtype, device=buffer.device)
+        if rows == 1:
+            out.copy_(region.view(-1))
+        else:
+            if all(widths):
+                targets = torch._C._nn.unflatten_dense_tensors(out, _row_templates(rows, widths, copy_name))
+            else:  # unflatten makes an empty member 1-D
+                targets = [part.view(rows, -1) for part in out.split([rows * w for w in widths])]
+            torch.split_with_sizes_copy(region, list(widths), dim=1, out=targets)
+        outs.append(out.view(torch.bool) if name == "bool" else out)
+    return outs
+
+
+_lib.define("copy_out_packed(Tensor buffer, int rows, int[] offsets, int[] row_bytes, str dtypes) -> Tensor[]")
+_lib.impl("copy_out_packed", _copy_out_packed_impl, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake(f"{NAMESPACE}::copy_out_packed")
+def _(buffer, rows, offsets, row_bytes, dtypes):
+    return [
+        buffer.new_empty(rows * (end - start) // dtype_from_name(name).itemsize, dtype=dtype_from_name(name))
+        for name, start, end, _ in packed_stretches(tuple(offsets), tuple(row_bytes), dtypes)
     ]
 
 

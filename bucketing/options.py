@@ -19,7 +19,7 @@ from . import kinds, modules
 COLLECTIVE_KINDS = kinds.NAMES
 MB = 2**20
 POLICIES = ("module", "locality", "merge_all")
-COPY_OUTS = ("copy", "views")
+COPY_OUTS = ("copy", "packed", "views")
 LOWER_COPY_OUTS = ("gpu", "always", "never")
 
 # torch's own default cap is 2000 MB; we keep the same "merge generously" default.

@@ -195,7 +195,7 @@ def plan_buckets(
     if windowed and any(len(b.members) > 1 and not b.explicit for b in buckets):
         budget = options.memory_budget_mb
         budget_bytes = max(b.cap_bytes for b in buckets) if budget is None else budget * MB
-        split = memory.split_to_budget(list(buckets), whens, graph, budget_bytes, options.copy_out == "views")
+        split = memory.split_to_budget(list(buckets), whens, graph, budget_bytes, options.copy_out)
         if len(split) != len(buckets):
             buckets = _renumber_within_caps(split, whens, options)
     return PlannedBuckets(buckets, skipped, whens, timeline)

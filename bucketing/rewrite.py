@@ -145,8 +145,27 @@ def _users_count(c) -> int:
     return len(c.wait.users)
 
 
+def _copy_out_packed(graph, meta: MetaEvaluator, created, result: fx.Node, rows: int, members, used: list[int],
+                     offsets: list[int], row_bytes: list[int], shapes: list[list[int]]):
+    """Members with users as contiguous slices of dense runs, made by one `copy_out_packed` op."""
+    args = ([offsets[i] for i in used], [row_bytes[i] for i in used], ops.dtype_names(members[i].dtype for i in used))
+    node = meta.call(graph, torch.ops.bucketing_ops.copy_out_packed.default, (result, rows, *args), created)
+    outputs: list[fx.Node | None] = [None] * len(members)
+    for k, (_, _, _, pieces) in enumerate(ops.packed_stretches(tuple(args[0]), tuple(args[1]), args[2])):
+        run = meta.call(graph, operator.getitem, (node, k), created)
+        column = 0
+        for j, width in pieces:
+            if j >= 0:
+                i = used[j]
+                part = meta.call(graph, aten.slice.Tensor, (run, 0, rows * column, rows * (column + width)), created)
+                outputs[i] = meta.call(graph, aten.view.default, (part, shapes[i]), created)
+            column += width
+    return outputs, [node]
+
+
 def _copy_out(graph, meta: MetaEvaluator, created, result: fx.Node, rows: int, members, offsets: list[int],
-              row_bytes: list[int], shapes: list[list[int]]) -> tuple[list[fx.Node | None], list[fx.Node]]:
+              row_bytes: list[int], shapes: list[list[int]],
+              copy_out: str = "copy") -> tuple[list[fx.Node | None], list[fx.Node]]:
     """Members with users as fresh dense tensors, made by one `copy_out` op.
 
     Member i is bytes [offsets[i], offsets[i] + row_bytes[i]) of each of the
@@ -156,6 +175,8 @@ def _copy_out(graph, meta: MetaEvaluator, created, result: fx.Node, rows: int, m
     used = [i for i, m in enumerate(members) if _users_count(m)]
     if not used:
         return [None] * len(members), []
+    if copy_out == "packed":
+        return _copy_out_packed(graph, meta, created, result, rows, members, used, offsets, row_bytes, shapes)
     flat_shapes = [s for i in used for s in shapes[i]]
     node = meta.call(
         graph,
@@ -200,11 +221,12 @@ def _emit_all_gather(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int,
     issue = list(created)
     wait = meta.call(graph, c10d.wait_tensor.default, (gathered,), created)
     shapes = [[world * m.shape[0], *m.shape[1:]] for m in members]
-    if copy_out == "copy":
+    if copy_out in ("copy", "packed"):
         # The gathered buffer is [world, chunk_bytes]: member i's bytes are
         # columns [offset, offset + nbytes) of every rank's row.
         outputs, copies = _copy_out(graph, meta, created, wait, world, members,
-                                    [s.offset for s in layout.slots], [s.nbytes for s in layout.slots], shapes)
+                                    [s.offset for s in layout.slots], [s.nbytes for s in layout.slots], shapes,
+                                    copy_out)
         return EmittedBucket(bucket, issue, [wait, *copies], outputs, layout.padding_bytes * world, gathered)
     waits = [wait]
     # One dtype view of the whole gathered buffer per distinct dtype, shaped
@@ -293,7 +315,7 @@ def _emit_all_reduce(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int,
 
 def _split_outputs(graph, meta, created, flat_result, members, numels, shapes,
                    copy_out: str) -> tuple[list[fx.Node | None], list[fx.Node]]:
-    """Members of a flat single-dtype result, back to back: copies, or slices of it."""
+    """Members of a flat single-dtype result, back to back: copies, or contiguous slices of it."""
     itemsize = members[0].dtype.itemsize
     offsets, offset = [], 0
     for numel in numels:
@@ -302,6 +324,8 @@ def _split_outputs(graph, meta, created, flat_result, members, numels, shapes,
     if copy_out == "copy":
         return _copy_out(graph, meta, created, flat_result, 1, members, [o * itemsize for o in offsets],
                          [n * itemsize for n in numels], shapes)
+    # "packed" and "views": the result is already its members back to back,
+    # each a contiguous slice of it, read like the collective's own result.
     outputs: list[fx.Node | None] = []
     for m, start, numel, shape in zip(members, offsets, numels, shapes):
         if _users_count(m):

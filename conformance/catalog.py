@@ -40,7 +40,7 @@ OPTIONS = {
     "multidtype": "all-gathers of different dtypes may share a bucket (False: one bucket per dtype)",
     "policy": "how buckets are drawn: 'module' (blocks), 'locality' (compute windows), 'merge_all'",
     "locality_flops": "compute (FLOPs) a bucket may span before it is closed, under the locality rule",
-    "copy_out": "how members leave a merged buffer: 'copy' (dense, bit-identical) or 'views'",
+    "copy_out": "how members leave a merged buffer: 'copy' (dense, bit-identical), 'packed' or 'views'",
     "module_buckets": "explicit plan: entries of module FQNs whose collectives share a bucket",
 }
 
@@ -163,6 +163,9 @@ def _cases() -> list[Case]:
     # Members as fused views (copy_out="views"): a bool member comes back from its bytes.
     add(Case("ag-views-bool", (ag(bf16, 5), ag(b, 3), ag(f32, 7, 2), ag(b, 11)), {"all_gather": 1},
              {"copy_out": "views"}))
+    # Members as contiguous slices of one packed run per dtype (copy_out="packed").
+    add(Case("ag-packed-bool", (ag(bf16, 5), ag(b, 3), ag(f32, 7, 2), ag(b, 11)), {"all_gather": 1},
+             {"copy_out": "packed"}))
     add(Case("ag-cast-of-slice", (ag(bf16, 5, cast_from=f32, slice_input=True), ag(f32, 6)), {"all_gather": 1}))
 
     # Reductions: every op gloo supports, every reduction dtype.

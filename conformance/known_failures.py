@@ -164,7 +164,7 @@ TORCH_OVERLAP = (
         'ag-pair-bf16-u8-w*', 'ag-pair-f64-bf16-w*', 'ag-pair-f64-bool-w*', 'ag-pair-f64-f16-w*',
         'ag-pair-f64-f32-w*', 'ag-pair-f64-i32-w*', 'ag-pair-f64-i8-w*', 'ag-pair-f64-u8-w*',
         'ag-perdtype-bf16-bool-w*', 'ag-perdtype-bf16-f32-w*', 'ag-perdtype-bf16-f64-w*', 'ag-perdtype-bf16-i32-w*',
-        'ag-perdtype-bf16-i64-w*', 'ag-perdtype-bf16-i8-w*', 'ag-perdtype-bf16-u8-w*', 'ag-views-bool-w*',
+        'ag-perdtype-bf16-i64-w*', 'ag-perdtype-bf16-i8-w*', 'ag-perdtype-bf16-u8-w*', 'ag-views-bool-w*', 'ag-packed-bool-w*',
     ), releases=('2.13.*',)),
     Known(OVERLAP_UNALIGNED_VIEW, (
         'ag-12way-w*', 'ag-8way-w*', 'ag-8way-perdtype-w*', 'ag-all-empty-w*', 'ag-bf16-f32-large-w*',
@@ -176,7 +176,7 @@ TORCH_OVERLAP = (
         'ag-pair-f64-i32-w*', 'ag-pair-f64-i8-w*', 'ag-pair-f64-u8-w*', 'ag-perdtype-bf16-bool-w*',
         'ag-perdtype-bf16-f32-w*', 'ag-perdtype-bf16-f64-w*', 'ag-perdtype-bf16-i32-w*', 'ag-perdtype-bf16-i64-w*',
         'ag-perdtype-bf16-i8-w*', 'ag-perdtype-bf16-u8-w*', 'ag-rank1-w*', 'ag-rank2-w*', 'ag-rank3-w*',
-        'ag-rank4-w*', 'ag-size-one-last-dim-w*', 'ag-slice-input-w*', 'ag-views-bool-w*', 'mixed-kinds-w*',
+        'ag-rank4-w*', 'ag-size-one-last-dim-w*', 'ag-slice-input-w*', 'ag-views-bool-w*', 'ag-packed-bool-w*', 'mixed-kinds-w*',
     ), releases=('2.11.*',)),
 )
 
@@ -195,6 +195,6 @@ TORCH_BUILTIN += (
     )),
 )
 TORCH_OVERLAP += (
-    Known(BOOL_AS_INT64, ('inductor:ag-pair-bf16-bool-w*', 'inductor:ag-views-bool-w*')),
+    Known(BOOL_AS_INT64, ('inductor:ag-pair-bf16-bool-w*', 'inductor:ag-views-bool-w*', 'inductor:ag-packed-bool-w*')),
     Known(MODEL_DIFFERS_OVERLAP, ('model:transformer-bf16-f32-w*',)),
 )

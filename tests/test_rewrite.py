@@ -50,6 +50,26 @@ def forward(self, w_1, n_1):
     return (mul, getitem_1)""",
         )
 
+    def test_bf16_f32_bucket_graph_with_packed_copy_out(self):
+        """copy_out="packed": one op packs each dtype's members densely; members are contiguous slices."""
+        self.assertExpectedInline(
+            self._bucketed_code(copy_out="packed"),
+            """\
+def forward(self, w_1, n_1):
+    all_gather_copy_in_default = torch.ops.bucketing_ops.all_gather_copy_in.default([w_1, n_1], [0, 16], [5, 3], 'bfloat16,float32', 32);  w_1 = n_1 = None
+    all_gather_into_tensor_default = torch.ops._c10d_functional.all_gather_into_tensor.default(all_gather_copy_in_default, 4, GROUP);  all_gather_copy_in_default = None
+    wait_tensor_default = torch.ops._c10d_functional.wait_tensor.default(all_gather_into_tensor_default);  all_gather_into_tensor_default = None
+    copy_out_packed_default = torch.ops.bucketing_ops.copy_out_packed.default(wait_tensor_default, 4, [0, 16], [10, 12], 'bfloat16,float32');  wait_tensor_default = None
+    getitem = copy_out_packed_default[0]
+    slice_tensor = torch.ops.aten.slice.Tensor(getitem, 0, 0, 20);  getitem = None
+    view_default = torch.ops.aten.view.default(slice_tensor, [20]);  slice_tensor = None
+    mul = torch.ops.aten.mul.Tensor(view_default, 2);  view_default = None
+    getitem_1 = copy_out_packed_default[1];  copy_out_packed_default = None
+    slice_tensor_1 = torch.ops.aten.slice.Tensor(getitem_1, 0, 0, 12);  getitem_1 = None
+    view_default_1 = torch.ops.aten.view.default(slice_tensor_1, [12]);  slice_tensor_1 = None
+    return (mul, view_default_1)""",
+        )
+
     def test_bf16_f32_bucket_graph_with_view_copy_out(self):
         """copy_out="views": per-dtype views of the gathered buffer, fused into consumers."""
         self.assertExpectedInline(

@@ -18,7 +18,7 @@ from conformance.pool import raise_on_failure
 # Inductor cannot lower a view to bool, for one). fp8 and int16 are covered at
 # FX level and in codegen checks (gloo has no collective to compare with).
 DTYPE_CASES = [f"ag-pair-bf16-{d}-w2" for d in ("f16", "f32", "f64", "i8", "i32", "i64", "u8", "bool")]
-DTYPE_CASES += ["ag-views-bool-w2"]  # the same for the fused-view copy-out
+DTYPE_CASES += ["ag-views-bool-w2", "ag-packed-bool-w2"]  # the same for the other copy-outs
 
 INDUCTOR_CASES = DTYPE_CASES + [
     "ag-bf16-f32-odd-w3",
