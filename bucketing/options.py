@@ -45,6 +45,11 @@ class BucketingOptions:
     # had unbucketed: bit-identical results. "views": strided views of the
     # merged buffer that Inductor fuses into consumers (no copy), which may
     # change a consumer's kernel and its summation order: NOT bit-identical.
+    # "packed": one op packs each run of same-dtype members densely; members
+    # are contiguous slices of it (no per-member allocation or wrapper output).
+    # Consumers read dense tensors as unbucketed, but consumers of different
+    # members share an input buffer, which Inductor may fuse into one kernel:
+    # bit-identical on the model family, not by construction.
     copy_out: str = "copy"
     # Where copy_out="copy" becomes Inductor kernels (lowering.py) rather than
     # our op: "gpu" (default): on devices whose Inductor backend has foreach
