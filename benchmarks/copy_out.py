@@ -1,6 +1,6 @@
 """What the copy-out op costs and gains, over several runs of the compiled-step bench.
 
-    python -m benchmarks.copy_out [--runs 3] [--sizes 64 256] [--modes copy views]
+    python -m benchmarks.copy_out [--runs 3] [--sizes 64 256] [--modes copy packed views]
 
 Each run compiles and times every variant side by side (benchmarks.compiled_step)
 for a 2-rank all-gather step of N members, once with the copy-out op and once
@@ -49,7 +49,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.copy_out")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--sizes", type=int, nargs="+", default=[64, 256])
-    p.add_argument("--modes", nargs="+", default=["copy", "views"], choices=["copy", "views"])
+    p.add_argument("--modes", nargs="+", default=["copy", "views"], choices=["copy", "packed", "views"])
     p.add_argument("--attempts", type=int, default=3, help="tries per run when a rank dies (see _run)")
     args = p.parse_args(argv)
     per: dict[tuple, list[dict]] = {}
