@@ -49,17 +49,22 @@ def test_copy_in_falls_back_to_copies_where_cat_fails(monkeypatch):
         assert torch.equal(chunk[slot.offset:slot.offset + slot.nbytes], expected[slot.offset:slot.offset + slot.nbytes])
 
 
+def _gathered_bytes(dtypes, sizes, grouped: bool, rows: int, seed: int):
+    """A chunk layout for members of `dtypes` and `sizes`, and `rows` rows of random bytes laid out by it."""
+    layout = plan_chunk([(n * d.itemsize, d.itemsize) for n, d in zip(sizes, dtypes)], 16,
+                        groups=dtypes if grouped else None)
+    gen = torch.Generator().manual_seed(seed)
+    return layout, torch.randint(0, 256, (rows * layout.chunk_bytes,), generator=gen, dtype=torch.uint8)
+
+
 @pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "interleaved"])
 @pytest.mark.parametrize("rows", [1, 3])
 def test_copy_out_returns_every_member_dense_and_bytewise(grouped, rows):
     # Runs of one dtype, gaps inside and between runs, an empty and a 0-d member.
-    gen = torch.Generator().manual_seed(2)
     dtypes = [torch.float32, torch.float32, torch.bfloat16, torch.bool, torch.int8, torch.bfloat16,
               torch.float64, torch.float32, torch.bfloat16]
     sizes = [3, 5, 7, 4, 9, 0, 2, 1, 6]
-    layout = plan_chunk([(n * d.itemsize, d.itemsize) for n, d in zip(sizes, dtypes)], 16,
-                        groups=dtypes if grouped else None)
-    buffer = torch.randint(0, 256, (rows * layout.chunk_bytes,), generator=gen, dtype=torch.uint8)
+    layout, buffer = _gathered_bytes(dtypes, sizes, grouped, rows, seed=2)
     shapes = [[rows * n] if k != 7 or rows > 1 else [] for k, n in enumerate(sizes)]  # member 7: 0-d when rows=1
     outs = torch.ops.bucketing_ops.copy_out(
         buffer, rows, [s.offset for s in layout.slots], [s.nbytes for s in layout.slots], ops.dtype_names(dtypes),
@@ -75,13 +80,9 @@ def test_copy_out_returns_every_member_dense_and_bytewise(grouped, rows):
 @pytest.mark.parametrize("rows", [1, 3])
 def test_packed_copy_out_holds_every_member_dense_in_its_run(grouped, rows):
     # Runs of one dtype (bool apart from int8/uint8), gaps inside runs, an empty member.
-    gen = torch.Generator().manual_seed(3)
     dtypes = [torch.float32, torch.float32, torch.bfloat16, torch.bool, torch.uint8, torch.bfloat16,
               torch.float64, torch.float32, torch.bool]
-    sizes = [3, 5, 7, 4, 9, 0, 2, 1, 6]
-    layout = plan_chunk([(n * d.itemsize, d.itemsize) for n, d in zip(sizes, dtypes)], 16,
-                        groups=dtypes if grouped else None)
-    buffer = torch.randint(0, 256, (rows * layout.chunk_bytes,), generator=gen, dtype=torch.uint8)
+    layout, buffer = _gathered_bytes(dtypes, [3, 5, 7, 4, 9, 0, 2, 1, 6], grouped, rows, seed=3)
     offsets, row_bytes = [s.offset for s in layout.slots], [s.nbytes for s in layout.slots]
     names = ops.dtype_names(dtypes)
     runs = torch.ops.bucketing_ops.copy_out_packed(buffer, rows, offsets, row_bytes, names)
