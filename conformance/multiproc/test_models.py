@@ -76,6 +76,9 @@ TORCH_MANUAL_DIFFERS = {
 
 @pytest.mark.inductor
 @pytest.mark.first_release  # torch's pass compared on one release: its results are torch's to keep
+# slow: `nox -s conformance` runs it; the default session keeps its time for our
+# pass on the model family.
+@pytest.mark.slow
 @pytest.mark.parametrize("model_id", sorted(m for m, spec in family.MODELS.items() if spec.module_plan))
 def test_torch_manual_bucketer_with_the_same_plan(model_id, rank_pools):
     """torch's `manual_overlap_bucketing` given the model's module plan (ours runs it in the test above).
