@@ -50,19 +50,17 @@ def _install(session: nox.Session, extras: str = "test", torch_spec: str = TORCH
 def tests(session: nox.Session, torch: str) -> None:
     """Unit tests, the FX-level conformance catalog, the model family, the Inductor subset and
     codegen checks (CPU, gloo), on one torch release."""
-    if torch == TORCH_RELEASES[0] or os.environ.get("BUCKETING_REQUIRE_ALL_RELEASES"):
-        _install_torch(session, f"torch=={torch}")
-    else:
+    try:
+        _install(session, torch_spec=f"torch=={torch}")
+    except CommandFailed:
         # A later release comes from PyPI (a multi-GB download, not on this
         # machine's disk): when the registry cannot deliver it, say so loudly and
         # skip that release rather than fail the first release's verdict.
         # BUCKETING_REQUIRE_ALL_RELEASES=1 makes it fatal.
-        try:
-            _install_torch(session, f"torch=={torch}")
-        except CommandFailed:
-            session.skip(f"torch=={torch} NOT TESTED: it could not be installed (pip says why above); "
-                         "set BUCKETING_REQUIRE_ALL_RELEASES=1 to fail instead")
-    session.install("-e", ".[test]")
+        if torch == TORCH_RELEASES[0] or os.environ.get("BUCKETING_REQUIRE_ALL_RELEASES"):
+            raise
+        session.skip(f"torch=={torch} NOT TESTED: it could not be installed (pip says why above); "
+                     "set BUCKETING_REQUIRE_ALL_RELEASES=1 to fail instead")
     # Later releases skip what is costly or release-independent (4-rank model
     # runs, launcher and cache checks), so the default session stays short.
     markers = "not slow and not gpu" + ("" if torch == TORCH_RELEASES[0] else " and not first_release")
