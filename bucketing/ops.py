@@ -178,6 +178,7 @@ def _copy_out_impl(buffer, rows, offsets, row_bytes, dtypes, shapes, ndims):
     return outs
 
 
+@functools.lru_cache(maxsize=LAYOUT_CACHE_SIZE)
 def _copy_out_stretches(offsets: tuple, row_bytes: tuple, dtypes: str) -> list:
     """[(copy dtype name, first column, end column, [(member or -1 for a gap, width in elements)])].
 
@@ -188,7 +189,6 @@ def _copy_out_stretches(offsets: tuple, row_bytes: tuple, dtypes: str) -> list:
     return _stretches(offsets, row_bytes, tuple("uint8" if name == "bool" else name for name in dtypes.split(",")))
 
 
-@functools.lru_cache(maxsize=LAYOUT_CACHE_SIZE)
 def _stretches(offsets: tuple, row_bytes: tuple, names: tuple) -> list:
     stretches: list = []
     for i in sorted(range(len(offsets)), key=lambda i: offsets[i]):
@@ -225,6 +225,7 @@ def _(buffer, rows, offsets, row_bytes, dtypes, shapes, ndims):
     ]
 
 
+@functools.lru_cache(maxsize=LAYOUT_CACHE_SIZE)
 def packed_stretches(offsets: tuple, row_bytes: tuple, dtypes: str) -> list:
     """The outputs of copy_out_packed: [(dtype name, first column, end column, [(member or -1, width)])].
 

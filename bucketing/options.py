@@ -49,7 +49,8 @@ class BucketingOptions:
     # are contiguous slices of it (no per-member allocation or wrapper output).
     # Consumers read dense tensors as unbucketed, but consumers of different
     # members share an input buffer, which Inductor may fuse into one kernel:
-    # bit-identical on the model family, not by construction.
+    # bit-identical on the Transformer and the Llama and the catalog's packed
+    # case, not by construction.
     copy_out: str = "copy"
     # Where copy_out="copy" becomes Inductor kernels (lowering.py) rather than
     # our op: "gpu" (default): on devices whose Inductor backend has foreach
