@@ -70,10 +70,34 @@ def test_copy_out_returns_every_member_dense_and_bytewise(grouped, rows):
         buffer, rows, [s.offset for s in layout.slots], [s.nbytes for s in layout.slots], ops.dtype_names(dtypes),
         [d for shape in shapes for d in shape], [len(shape) for shape in shapes],
     )
+    _assert_members_copied_out(outs, buffer, layout, dtypes, shapes, rows)
+
+
+def _assert_members_copied_out(outs, buffer, layout, dtypes, shapes, rows):
     grid = buffer.view(rows, -1)
     for out, d, shape, slot in zip(outs, dtypes, shapes, layout.slots):
         assert out.dtype == d and list(out.shape) == shape and out.is_contiguous()
         assert torch.equal(out.reshape(-1).view(torch.uint8), grid[:, slot.offset:slot.offset + slot.nbytes].reshape(-1))
+    # Dense, 16-byte aligned (Inductor asserts it of op outputs), and no output
+    # overlaps another or the buffer.
+    spans = sorted((t.data_ptr(), t.data_ptr() + t.nbytes) for t in [*outs, buffer] if t.nbytes)
+    assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
+    assert all(t.data_ptr() % 16 == 0 for t in outs if t.nbytes)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 4])
+def test_copy_out_returns_long_runs_member_by_member(rows):
+    # Ten equal f32 members, three wider ones, odd bf16 ones between, 2-D shapes:
+    # one split copy per run, every member its own tensor.
+    dtypes = [torch.float32] * 13 + [torch.bfloat16] * 4 + [torch.float32] * 3
+    sizes = [4] * 10 + [6] * 3 + [3, 3, 5, 3] + [1, 1, 2]
+    layout, buffer = _gathered_bytes(dtypes, sizes, True, rows, seed=4)
+    offsets, row_bytes = [s.offset for s in layout.slots], [s.nbytes for s in layout.slots]
+    shapes = [[rows, n] for n in sizes]
+    args = (rows, offsets, row_bytes, ops.dtype_names(dtypes), [d for s in shapes for d in s], [2] * len(shapes))
+    outs = torch.ops.bucketing_ops.copy_out(buffer, *args)
+    _assert_members_copied_out(outs, buffer, layout, dtypes, shapes, rows)
+    assert len({t.untyped_storage().data_ptr() for t in outs}) == len(outs)
 
 
 @pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "interleaved"])
