@@ -9,6 +9,13 @@ variant does around its collectives: our pass with the copy-out as our op
 (`"always"`), the unbucketed program and the single-collective limit (members
 pre-packed before the step, handed out as views). Prints the median step time of
 each over three rounds, taken in turns.
+
+The program takes its N members as N inputs, the limit one pre-packed buffer,
+and Dynamo's guards and Inductor's input checks cost per input. Two more
+programs without any collective measure that part side by side: the doubling
+of N inputs, and of N slices of one input. Their difference is what the
+program's signature costs over the limit's, whatever a pass does; the last
+column is the limit plus it, the floor for any pass on this program.
 """
 
 from __future__ import annotations
@@ -27,13 +34,26 @@ from conformance.timing import fresh_copy
 from .compiled_step import _inputs, _limit, _program
 
 
+def _doubled(*xs):
+    return [x * 2 for x in xs]
+
+
+def _doubled_slices(sizes: list[int]):
+    def step(flat):
+        return [part * 2 for part in flat.split(sizes)]
+    return step
+
+
 def _variants(n: int, group: str) -> dict:
     import bucketing.core as bc
 
     xs = _inputs("all_gather", n, 1, 0)
     program = _program("all_gather", group, 1)
     limit_program, limit_inputs = _limit("all_gather", xs, group, 1)
+    same = [x.float() for x in xs]  # one dtype, so the slices come from one buffer
     return {
+        "N inputs, no collective": (_doubled, same, None),
+        "1 input, no collective": (_doubled_slices([x.numel() for x in same]), [torch.cat(same)], None),
         "ours, copy-out op": (program, xs, bc.BucketingPass(lower_copy_out="never")),
         "ours, copy-out lowered": (program, xs, bc.BucketingPass(lower_copy_out="always")),
         "ours, copy-out packed": (program, xs, bc.BucketingPass(copy_out="packed")),
@@ -80,12 +100,14 @@ def main(argv=None) -> int:
     try:
         names = [v for v in _variants(1, dist.group.WORLD.group_name)
                  if not (args.without_unbucketed and v == "unbucketed")]
-        print("| N | " + " | ".join(names) + " |")
-        print("|---|" + "---|" * len(names))
+        print("| N | " + " | ".join(names) + " | floor: limit + N inputs |")
+        print("|---|" + "---|" * (len(names) + 1))
         for n in args.members:
             times = measure(n, args.steps, names)
             limit = times["limit"]
-            print(f"| {n} | " + " | ".join(f"{t:.0f} us ({t / limit:.2f}x)" for t in times.values()) + " |")
+            floor = limit + times["N inputs, no collective"] - times["1 input, no collective"]
+            print(f"| {n} | " + " | ".join(f"{t:.0f} us ({t / limit:.2f}x)" for t in times.values())
+                  + f" | {floor:.0f} us ({floor / limit:.2f}x) |")
     finally:
         dist.destroy_process_group()
     return 0
