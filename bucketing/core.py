@@ -90,7 +90,8 @@ def _emit(graph: fx.Graph, buckets: list, opts: BucketingOptions, skipped: list)
     emitted = []
     for bucket in buckets:
         try:
-            emitted.append(emit_bucket(graph, bucket, meta, opts.alignment_bytes, opts.copy_out))
+            emitted.append(emit_bucket(graph, bucket, meta, opts.alignment_bytes, opts.copy_out,
+                                       opts.lower_copy_out))
             lowering.mark(emitted[-1].wait_nodes, opts.lower_copy_out)
         except Exception as exc:
             log.warning("bucketing: left bucket %s unmerged: %s: %s", bucket.index, type(exc).__name__, exc)

@@ -64,6 +64,19 @@ def mark(nodes, where: str) -> None:
             node.meta[WHERE] = where
 
 
+def expected_at(device: torch.device, where: str) -> bool:
+    """Whether a copy-out on `device` is meant to be lowered (`where`: options.lower_copy_out).
+
+    Decided when the graph is rewritten, where only the device is known: "gpu"
+    means any device but the CPU, whose Inductor code has no foreach kernels.
+    A device whose backend lacks them keeps the op at lowering time
+    (_lowered_here), which is correct, only slower.
+    """
+    if where == "gpu":
+        return device.type != "cpu"
+    return where == "always"
+
+
 def _lowered_here(device) -> bool:
     from torch._inductor.codegen.common import BackendFeature
     from torch._inductor.virtualized import V

@@ -195,6 +195,50 @@ def _names_and_shapes(dtypes: str, shapes: tuple, ndims: tuple) -> tuple[list[st
     return dtypes.split(","), _member_shapes(list(shapes), list(ndims))
 
 
+def _copy_out_into_impl(buffer, rows, offsets, row_bytes, dtypes, outs):
+    """Member i's bytes, columns [offsets[i], offsets[i] + row_bytes[i]) of
+    every one of the `rows` rows of `buffer`, into `outs[i]` ([rows, width]).
+
+    Per run of same-dtype members: one call makes the strided source views,
+    one foreach copy fills every member; no per-member Python but the bool
+    members' byte views.
+    """
+    src = _as_bytes(buffer).view(rows, -1)
+    for name, start, end, widths, pairs, as_bytes in _copy_into_plan(tuple(offsets), tuple(row_bytes), dtypes):
+        parts = torch.split_with_sizes(src[:, start:end].view(dtype_from_name(name)), widths, dim=1)
+        torch._foreach_copy_([outs[i].view(torch.uint8) if i in as_bytes else outs[i] for i, _ in pairs],
+                             [parts[j] for _, j in pairs])
+
+
+@functools.lru_cache(maxsize=LAYOUT_CACHE_SIZE)
+def _copy_into_plan(offsets: tuple, row_bytes: tuple, dtypes: str) -> list:
+    """Per stretch: (copy dtype name, first column, end column, piece widths,
+    (member, piece) pairs of the non-empty members, members copied as bytes)."""
+    names = dtypes.split(",")
+    plan = []
+    for name, start, end, pieces in _copy_out_stretches(offsets, row_bytes, dtypes):
+        pairs = tuple((i, j) for j, (i, width) in enumerate(pieces) if i >= 0 and width)
+        as_bytes = frozenset(i for i, _ in pairs if names[i] != name)
+        plan.append((name, start, end, [width for _, width in pieces], pairs, as_bytes))
+    return plan
+
+
+# The copy-out where it is not lowered into Inductor kernels (the CPU): the
+# graph allocates each member ([rows, width], a plain Inductor buffer: no
+# kernel, no per-output check in the generated code) and views it to the
+# member's shape; this op fills them all in one call. It returns nothing, so
+# the rewrite orders its readers after it (ordering.reorder).
+_lib.define(
+    "copy_out_into(Tensor buffer, int rows, int[] offsets, int[] row_bytes, str dtypes, Tensor(a!)[] outs) -> ()"
+)
+_lib.impl("copy_out_into", _copy_out_into_impl, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake(f"{NAMESPACE}::copy_out_into")
+def _(buffer, rows, offsets, row_bytes, dtypes, outs):
+    return None
+
+
 @functools.lru_cache(maxsize=LAYOUT_CACHE_SIZE)
 def _copy_out_stretches(offsets: tuple, row_bytes: tuple, dtypes: str) -> list:
     """[(copy dtype name, first column, end column, [(member or -1 for a gap, width in elements)])].

@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 
+import torch
 import torch.fx as fx
 
 from .effects import is_barrier, is_seeded
@@ -67,6 +68,17 @@ def place(graph: fx.Graph, snapshot: GraphSnapshot, emitted: list, issue_at: dic
     reorder(graph, snapshot, issue_priority, issue_segment, fallback)
 
 
+def _readers_after_mutation(nodes: list[fx.Node]) -> dict[fx.Node, list[fx.Node]]:
+    """For each copy-out that fills the members the graph allocated, the other
+    readers of those members: they read what it wrote, an order no data edge
+    records."""
+    fill = torch.ops.bucketing_ops.copy_out_into.default
+    return {
+        node: [u for out in node.args[5] for u in out.users if u is not node]
+        for node in nodes if node.target is fill
+    }
+
+
 def reorder(
     graph: fx.Graph,
     snapshot: GraphSnapshot,
@@ -106,6 +118,9 @@ def reorder(
     for node in nodes:
         for inp in node.all_input_nodes:
             edge(inp, node)
+    for node, readers in _readers_after_mutation(nodes).items():
+        for reader in readers:
+            edge(node, reader)
     seeded = [n for n in snapshot.seeded if n in indegree]
     for a, b in zip(seeded, seeded[1:]):
         edge(a, b)

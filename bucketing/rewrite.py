@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode, maybe_get_fake_mode
 
-from . import ops
+from . import lowering, ops
 from .layout import plan_chunk
 from .records import Bucket
 
@@ -89,7 +89,7 @@ class MetaEvaluator:
             self._set_meta(node, meta_out, args[0])
         else:
             with self.mode:
-                node.meta["val"] = target(*fx.node.map_arg(args, self.val))
+                node.meta["val"] = target(*fx.node.map_arg(args, self.val), **fx.node.map_arg(kwargs, self.val))
         return node
 
     def _set_meta(self, node: fx.Node, meta_out: torch.Tensor, source: fx.Node) -> None:
@@ -113,8 +113,10 @@ PROVENANCE_KEYS = ("stack_trace", "nn_module_stack", "fwd_nn_module_stack", "sou
 
 
 def emit_bucket(graph: fx.Graph, bucket: Bucket, meta: MetaEvaluator, alignment: int,
-                copy_out: str = "copy") -> EmittedBucket:
+                copy_out: str = "copy", lower_copy_out: str = "gpu") -> EmittedBucket:
     created: list[fx.Node] = []
+    if copy_out == "copy" and not lowering.expected_at(bucket.members[0].node.meta["val"].device, lower_copy_out):
+        copy_out = "into"  # the copy-out stays an op: members the graph allocates, filled in place
     try:
         emit = {
             "all_gather": _emit_all_gather,
@@ -163,6 +165,33 @@ def _copy_out_packed(graph, meta: MetaEvaluator, created, result: fx.Node, rows:
     return outputs, [node]
 
 
+def _copy_out_into(graph, meta: MetaEvaluator, created, result: fx.Node, rows: int, members, used: list[int],
+                   offsets: list[int], row_bytes: list[int], shapes: list[list[int]]):
+    """Members with users as fresh tensors the graph allocates, filled by one `copy_out_into` op.
+
+    Each is an `empty` [rows, width] (in Inductor a buffer of its own, no
+    kernel) viewed to the member's shape, so a consumer reads a dense tensor
+    of the shape and strides the collective gave it, as with `copy_out`.
+    """
+    device = meta.val(result).device
+    empties = [
+        meta.call(graph, aten.empty.memory_format, ([rows, row_bytes[i] // members[i].dtype.itemsize],), created,
+                  dtype=members[i].dtype, device=device, pin_memory=False)
+        for i in used
+    ]
+    fill = meta.call(
+        graph,
+        torch.ops.bucketing_ops.copy_out_into.default,
+        (result, rows, [offsets[i] for i in used], [row_bytes[i] for i in used],
+         ops.dtype_names(members[i].dtype for i in used), empties),
+        created,
+    )
+    outputs: list[fx.Node | None] = [None] * len(members)
+    for empty, i in zip(empties, used):
+        outputs[i] = meta.call(graph, aten.view.default, (empty, shapes[i]), created)
+    return outputs, [*empties, fill]
+
+
 def _copy_out(graph, meta: MetaEvaluator, created, result: fx.Node, rows: int, members, offsets: list[int],
               row_bytes: list[int], shapes: list[list[int]],
               copy_out: str = "copy") -> tuple[list[fx.Node | None], list[fx.Node]]:
@@ -177,6 +206,8 @@ def _copy_out(graph, meta: MetaEvaluator, created, result: fx.Node, rows: int, m
         return [None] * len(members), []
     if copy_out == "packed":
         return _copy_out_packed(graph, meta, created, result, rows, members, used, offsets, row_bytes, shapes)
+    if copy_out == "into":
+        return _copy_out_into(graph, meta, created, result, rows, members, used, offsets, row_bytes, shapes)
     flat_shapes = [s for i in used for s in shapes[i]]
     node = meta.call(
         graph,
@@ -221,7 +252,7 @@ def _emit_all_gather(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int,
     issue = list(created)
     wait = meta.call(graph, c10d.wait_tensor.default, (gathered,), created)
     shapes = [[world * m.shape[0], *m.shape[1:]] for m in members]
-    if copy_out in ("copy", "packed"):
+    if copy_out in ("copy", "into", "packed"):
         # The gathered buffer is [world, chunk_bytes]: member i's bytes are
         # columns [offset, offset + nbytes) of every rank's row.
         outputs, copies = _copy_out(graph, meta, created, wait, world, members,
@@ -321,9 +352,9 @@ def _split_outputs(graph, meta, created, flat_result, members, numels, shapes,
     for numel in numels:
         offsets.append(offset)
         offset += numel
-    if copy_out == "copy":
+    if copy_out in ("copy", "into"):
         return _copy_out(graph, meta, created, flat_result, 1, members, [o * itemsize for o in offsets],
-                         [n * itemsize for n in numels], shapes)
+                         [n * itemsize for n in numels], shapes, copy_out)
     # "packed" and "views": the result is already its members back to back,
     # each a contiguous slice of it, read like the collective's own result.
     outputs: list[fx.Node | None] = []
