@@ -218,6 +218,8 @@ def _copy_into_plan(offsets: tuple, row_bytes: tuple, dtypes: str) -> list:
     plan = []
     for name, start, end, pieces in _copy_out_stretches(offsets, row_bytes, dtypes):
         pairs = tuple((i, j) for j, (i, width) in enumerate(pieces) if i >= 0 and width)
+        if not pairs:  # empty members only: nothing to copy
+            continue
         as_bytes = frozenset(i for i, _ in pairs if names[i] != name)
         plan.append((name, start, end, [width for _, width in pieces], pairs, as_bytes))
     return plan

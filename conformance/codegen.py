@@ -153,7 +153,7 @@ _LAUNCHES = {
                              r"(?:_out)?|all_reduce_?)\.default\("),
     "wait": re.compile(r"torch\.ops\._c10d_functional\.wait_tensor\.default\("),
     # Ops that pack or unpack a bucket outside Inductor's kernels (each runs eager kernels).
-    "extern_copy": re.compile(r"torch\.ops\.(?:bucketing_ops\.(?:all_gather_copy_in|copy_out)|bucketing\.\w*bucket\w*|"
+    "extern_copy": re.compile(r"torch\.ops\.(?:bucketing_ops\.(?:all_gather_copy_in|copy_out(?:_into)?)|bucketing\.\w*bucket\w*|"
                               r"fsdp\.\w+|aten\.split_with_sizes_copy|aten\.cat)\.\w+\("),
     # A tensor made on the host and copied to the device inside the step.
     "host_to_device": re.compile(r"empty_strided_cpu(?:_pinned)?\(|\.to\(device=|\.copy_\(.*cpu|torch\.tensor\("),

@@ -85,6 +85,21 @@ def _assert_members_copied_out(outs, buffer, layout, dtypes, shapes, rows):
     assert all(t.data_ptr() % 16 == 0 for t in outs if t.nbytes)
 
 
+@pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "interleaved"])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_copy_out_into_fills_every_member_bytewise(grouped, rows):
+    # The CPU form: the graph allocates each member [rows, width]; one call fills them.
+    dtypes = [torch.float32, torch.float32, torch.bfloat16, torch.bool, torch.int8, torch.bfloat16,
+              torch.float64, torch.float32, torch.bool]
+    sizes = [3, 5, 7, 4, 9, 0, 2, 1, 6]
+    layout, buffer = _gathered_bytes(dtypes, sizes, grouped, rows, seed=5)
+    outs = [torch.full((rows, n), 7, dtype=d) for d, n in zip(dtypes, sizes)]
+    result = torch.ops.bucketing_ops.copy_out_into(
+        buffer, rows, [s.offset for s in layout.slots], [s.nbytes for s in layout.slots], ops.dtype_names(dtypes), outs)
+    assert result is None
+    _assert_members_copied_out(outs, buffer, layout, dtypes, [[rows, n] for n in sizes], rows)
+
+
 @pytest.mark.parametrize("rows", [1, 2, 4])
 def test_copy_out_returns_long_runs_member_by_member(rows):
     # Ten equal f32 members, three wider ones, odd bf16 ones between, 2-D shapes:
