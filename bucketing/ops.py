@@ -160,23 +160,11 @@ def _copy_out_impl(buffer, rows, offsets, row_bytes, dtypes, shapes, ndims):
     [offsets[i], offsets[i] + row_bytes[i]) of every row, and its result has
     shape `shapes` (flattened, `ndims` dims each). Members of one dtype that sit
     next to each other are copied by one `split_with_sizes_copy` over that
-    stretch of columns read in their dtype; gaps inside a stretch go to scratch.
-
-    On the CPU the split copy allocates the members itself, which leaves one
-    view per member to Python; elsewhere it writes into members allocated
-    here, which makes it one kernel on CUDA.
+    stretch of columns read in their dtype (one kernel on CUDA); gaps inside a
+    stretch go to scratch. The CPU's compiled steps use copy_out_into instead.
     """
     src = _as_bytes(buffer).view(rows, -1)
     names, member_shapes = _names_and_shapes(dtypes, tuple(shapes), tuple(ndims))
-    if buffer.device.type == "cpu":
-        outs: list = [None] * len(names)
-        for name, start, end, pieces in _copy_out_stretches(tuple(offsets), tuple(row_bytes), dtypes):
-            region = src[:, start:end].view(dtype_from_name(name))
-            parts = torch.split_with_sizes_copy(region, [width for _, width in pieces], dim=1)
-            for (i, _), part in zip(pieces, parts):
-                if i >= 0:
-                    outs[i] = (part if names[i] == name else part.view(dtype_from_name(names[i]))).view(member_shapes[i])
-        return outs
     outs = [
         torch.empty(shape, dtype=dtype_from_name(name), device=buffer.device)
         for name, shape in zip(names, member_shapes)

@@ -40,9 +40,10 @@ class BucketingOptions:
     alignment_bytes: int = DEFAULT_ALIGNMENT_BYTES
     # Fold a single-use dtype cast feeding an all-gather into the copy-in.
     fuse_casts: bool = True
-    # How members leave the merged result. "copy" (default): one op copies
-    # them out into dense tensors, so every consumer compiles to the kernel it
-    # had unbucketed: bit-identical results. "views": strided views of the
+    # How members leave the merged result. "copy" (default): each member a
+    # dense tensor of its own, so every consumer compiles to the kernel it had
+    # unbucketed: bit-identical results. Lowered (below), Inductor kernels copy
+    # them; otherwise the graph allocates each member and one op fills them all. "views": strided views of the
     # merged buffer that Inductor fuses into consumers (no copy), which may
     # change a consumer's kernel and its summation order: NOT bit-identical.
     # "packed": one op packs each run of same-dtype members densely; members
@@ -53,10 +54,10 @@ class BucketingOptions:
     # case, not by construction.
     copy_out: str = "copy"
     # Where copy_out="copy" becomes Inductor kernels (lowering.py) rather than
-    # our op: "gpu" (default): on devices whose Inductor backend has foreach
-    # kernels (Triton: one kernel per ~125 members); the CPU keeps the op, one call per
-    # bucket, where one C++ loop per member would cost more to compile than it
-    # saves. "always", "never". Results are bit-identical either way.
+    # our op: "gpu" (default): on any device but the CPU (Triton: one foreach
+    # kernel per ~125 members); the CPU keeps the op, one call per bucket,
+    # where one C++ loop per member would cost more to compile than it saves.
+    # "always", "never". Results are bit-identical either way.
     lower_copy_out: str = "gpu"
     # "module" (default): one bucket per block (module.py: the outermost
     # indexed module, or one of `block_classes`) read from the graph's module

@@ -31,5 +31,5 @@ def test_lowered_copy_out_matches_eager_and_unbucketed_bytes(case_id, rank_pools
 def test_the_cpu_keeps_the_op_unless_asked():
     default = case_code("ag-members-2-w4", "project", "cpu")
     lowered = case_code("ag-members-2-w4", ADAPTER_SPEC, "cpu")
-    assert "torch.ops.bucketing_ops.copy_out.default(" in default and not copy_out_kernels(default)
+    assert "torch.ops.bucketing_ops.copy_out_into.default(" in default and not copy_out_kernels(default)
     assert "torch.ops.bucketing_ops.copy_out.default(" not in lowered and len(copy_out_kernels(lowered)) == 2
