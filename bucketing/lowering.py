@@ -1,10 +1,11 @@
 """Inductor lowering of the copy-out: one foreach copy per bucket, fused with nothing.
 
-Where it is not meant to apply (the CPU by default: lowering.expected_at), the
+Where it is not meant to apply (the CPU by default: `expected_at`), the
 rewrite emits the members as graph allocations filled by one op
 (copy_out_into); where it cannot apply, the copy-out is an opaque op (ops.py)
-that Inductor calls as a fallback. Lowered, each member becomes an Inductor copy of its columns of the
-merged buffer into a dense buffer of its own, with two guarantees:
+that Inductor calls as a fallback. Lowered, each member becomes an Inductor
+copy of its columns of the merged buffer into a dense buffer of its own, with
+two guarantees:
 
 - the copies of a bucket form one foreach group, which Triton emits as one
   kernel (Inductor splits it by kernel arguments: 2 kernels at 128 members,

@@ -27,8 +27,8 @@ def bucket_extra_intervals(bucket, whens: dict, issue: int, copy_out: str = "cop
     With the default copy-out, the merged result lives from the bucket's issue
     to its first use, where every member is copied out of it (both exist
     then); each member then lives to its own last use, in place of its own
-    collective's result. With
-    `views` (copy_out="views") members share the merged buffer, which exists
+    collective's result. With `views` (copy_out="views") members share the
+    merged buffer, which exists
     from the issue and is held until every member is read (an all-gather
     member's clone is made at its first use; reduce-scatter and all-reduce
     members are slices, held to the bucket's last use). With "packed", members

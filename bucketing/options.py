@@ -43,9 +43,10 @@ class BucketingOptions:
     # How members leave the merged result. "copy" (default): each member a
     # dense tensor of its own, so every consumer compiles to the kernel it had
     # unbucketed: bit-identical results. Lowered (below), Inductor kernels copy
-    # them; otherwise the graph allocates each member and one op fills them all. "views": strided views of the
-    # merged buffer that Inductor fuses into consumers (no copy), which may
-    # change a consumer's kernel and its summation order: NOT bit-identical.
+    # them; otherwise the graph allocates each member and one op fills them
+    # all. "views": strided views of the merged buffer that Inductor fuses
+    # into consumers (no copy), which may change a consumer's kernel and its
+    # summation order: NOT bit-identical.
     # "packed": one op packs each run of same-dtype members densely; members
     # are contiguous slices of it (no per-member allocation or wrapper output).
     # Consumers read dense tensors as unbucketed, but consumers of different

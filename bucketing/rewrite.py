@@ -169,14 +169,15 @@ def _copy_out_into(graph, meta: MetaEvaluator, created, result: fx.Node, rows: i
                    offsets: list[int], row_bytes: list[int], shapes: list[list[int]]):
     """Members with users as fresh tensors the graph allocates, filled by one `copy_out_into` op.
 
-    Each is an `empty` [rows, width] (in Inductor a buffer of its own, no
-    kernel) viewed to the member's shape, so a consumer reads a dense tensor
-    of the shape and strides the collective gave it, as with `copy_out`.
+    Each is a `new_empty` [rows, width] (in Inductor a buffer of its own, no
+    kernel; on the result's device, which the graph so never names: one
+    graph for every rank) viewed to the member's shape, so a consumer reads a
+    dense tensor of the shape and strides the collective gave it, as with
+    `copy_out`.
     """
-    device = meta.val(result).device
     empties = [
-        meta.call(graph, aten.empty.memory_format, ([rows, row_bytes[i] // members[i].dtype.itemsize],), created,
-                  dtype=members[i].dtype, device=device, pin_memory=False)
+        meta.call(graph, aten.new_empty.default, (result, [rows, row_bytes[i] // members[i].dtype.itemsize]),
+                  created, dtype=members[i].dtype)
         for i in used
     ]
     fill = meta.call(

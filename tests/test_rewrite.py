@@ -44,12 +44,12 @@ def forward(self, w_1, n_1):
     all_gather_copy_in_default = torch.ops.bucketing_ops.all_gather_copy_in.default([w_1, n_1], [0, 16], [5, 3], 'bfloat16,float32', 32);  w_1 = n_1 = None
     all_gather_into_tensor_default = torch.ops._c10d_functional.all_gather_into_tensor.default(all_gather_copy_in_default, 4, GROUP);  all_gather_copy_in_default = None
     wait_tensor_default = torch.ops._c10d_functional.wait_tensor.default(all_gather_into_tensor_default);  all_gather_into_tensor_default = None
-    empty_memory_format = torch.ops.aten.empty.memory_format([4, 5], dtype = torch.bfloat16, device = device(type='cpu'), pin_memory = False)
-    empty_memory_format_1 = torch.ops.aten.empty.memory_format([4, 3], dtype = torch.float32, device = device(type='cpu'), pin_memory = False)
-    copy_out_into_default = torch.ops.bucketing_ops.copy_out_into.default(wait_tensor_default, 4, [0, 16], [10, 12], 'bfloat16,float32', [empty_memory_format, empty_memory_format_1]);  wait_tensor_default = copy_out_into_default = None
-    view_default = torch.ops.aten.view.default(empty_memory_format, [20]);  empty_memory_format = None
+    new_empty_default = torch.ops.aten.new_empty.default(wait_tensor_default, [4, 5], dtype = torch.bfloat16)
+    new_empty_default_1 = torch.ops.aten.new_empty.default(wait_tensor_default, [4, 3], dtype = torch.float32)
+    copy_out_into_default = torch.ops.bucketing_ops.copy_out_into.default(wait_tensor_default, 4, [0, 16], [10, 12], 'bfloat16,float32', [new_empty_default, new_empty_default_1]);  wait_tensor_default = copy_out_into_default = None
+    view_default = torch.ops.aten.view.default(new_empty_default, [20]);  new_empty_default = None
     mul = torch.ops.aten.mul.Tensor(view_default, 2);  view_default = None
-    view_default_1 = torch.ops.aten.view.default(empty_memory_format_1, [12]);  empty_memory_format_1 = None
+    view_default_1 = torch.ops.aten.view.default(new_empty_default_1, [12]);  new_empty_default_1 = None
     return (mul, view_default_1)""",
         )
 
