@@ -25,17 +25,16 @@ def bucket_extra_intervals(bucket, whens: dict, issue: int, copy_out: str = "cop
     """(start, end inclusive, bytes): how merging changes live bytes (negative: frees).
 
     With the default copy-out, the merged result lives from the bucket's issue
-    to its first use, where every member is copied out of it (both exist
-    then); each member then lives to its own last use, in place of its own
-    collective's result. With `views` (copy_out="views") members share the
+    to its first use, where every member is copied out of it; each member
+    then lives to its own last use, in place of its own collective's result. With `views` (copy_out="views") members share the
     merged buffer, which exists
     from the issue and is held until every member is read (an all-gather
     member's clone is made at its first use; reduce-scatter and all-reduce
     members are slices, held to the bucket's last use). With "packed", members
     are slices of the packed runs, which live to the bucket's last use. Either way an input
     read after its own collective's place is held until the issue. The
-    packed input (a chunk: the merged bytes / world) is bounded by the cap and
-    not counted here.
+    packed input, and the copy-out's moment when the merged result and its
+    members coexist, are bounded by the cap and not counted here.
     """
     ws = [whens[m.node] for m in bucket.members]
     first_use = min(w.first_use for w in ws)
@@ -49,9 +48,7 @@ def bucket_extra_intervals(bucket, whens: dict, issue: int, copy_out: str = "cop
             if w.last_use < held_until:
                 out.append((w.last_use + 1, held_until, w.out_bytes))
     else:
-        # The merged result is freed once the copy-out has read it: at first use
-        # it and every member exist together.
-        out.append((issue, first_use, sum(w.out_bytes for w in ws)))
+        out.append((issue, first_use - 1, sum(w.out_bytes for w in ws)))
         for w in ws:
             out.append((first_use, w.last_use, w.out_bytes))
             out.append((w.position, w.last_use, -w.out_bytes))

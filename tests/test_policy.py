@@ -42,7 +42,10 @@ def test_memory_budget_splits_buckets_and_bounds_the_estimated_peak(group_name):
     plan = bc.bucket_collectives(bounded, locality_flops=NO_LOCALITY, memory_budget_mb=budget / 2**20)
     sizes = [len(b.members) for b in plan.buckets]
     assert len(sizes) > 1 and sum(sizes) == 8, sizes  # split, yet every weight still merged
-    assert estimate_peak_bytes(bounded.graph) <= base + budget
+    # The budget bounds what merging holds; the copy-out's moment, when a
+    # bucket's result and its members exist together, adds one bucket at most.
+    largest = max(sizes) * weight_bytes
+    assert estimate_peak_bytes(bounded.graph) <= base + budget + largest
     assert all(b.extra_peak_bytes <= budget for b in plan.buckets)
 
 
