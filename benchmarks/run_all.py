@@ -23,7 +23,7 @@ STEP_CONFIGS_FULL = [  # (world, kind, n)
 STEP_CONFIGS_QUICK = [(2, "all_gather", 64), (2, "reduce_scatter", 64)]
 
 
-def run_steps(configs, copy_out: str = "copy") -> list[dict]:
+def run_steps(configs, copy_out: str = "copy", time_unbucketed: bool = True) -> list[dict]:
     from conformance.pool import RankPool, raise_on_failure
 
     rows = []
@@ -33,7 +33,8 @@ def run_steps(configs, copy_out: str = "copy") -> list[dict]:
             pool = pools.setdefault(world, RankPool(world, timeout_s=900))
             start = time.perf_counter()
             results = raise_on_failure(
-                pool.run("benchmarks.compiled_step:bench_step", timeout_s=900, kind=kind, n=n, copy_out=copy_out), f"{kind} N={n}"
+                pool.run("benchmarks.compiled_step:bench_step", timeout_s=900, kind=kind, n=n, copy_out=copy_out,
+                         time_unbucketed=time_unbucketed), f"{kind} N={n}"
             )
             for row in results[0]:
                 rows.append(row)

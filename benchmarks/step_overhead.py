@@ -54,7 +54,7 @@ def _variants(n: int, group: str) -> dict:
     return {
         "N inputs, no collective": (_doubled, same, None),
         "1 input, no collective": (_doubled_slices([x.numel() for x in same]), [torch.cat(same)], None),
-        "ours, copy-out op": (program, xs, bc.BucketingPass(lower_copy_out="never")),
+        "ours, default (op)": (program, xs, bc.BucketingPass(lower_copy_out="never")),
         "ours, copy-out lowered": (program, xs, bc.BucketingPass(lower_copy_out="always")),
         "ours, copy-out packed": (program, xs, bc.BucketingPass(copy_out="packed")),
         "unbucketed": (program, xs, None),
