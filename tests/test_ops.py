@@ -57,13 +57,16 @@ def _gathered_bytes(dtypes, sizes, grouped: bool, rows: int, seed: int):
     return layout, torch.randint(0, 256, (rows * layout.chunk_bytes,), generator=gen, dtype=torch.uint8)
 
 
+# Runs of one dtype, gaps inside and between runs, an empty and a one-element member.
+MIXED_DTYPES = [torch.float32, torch.float32, torch.bfloat16, torch.bool, torch.int8, torch.bfloat16,
+                torch.float64, torch.float32, torch.bfloat16]
+MIXED_SIZES = [3, 5, 7, 4, 9, 0, 2, 1, 6]
+
+
 @pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "interleaved"])
 @pytest.mark.parametrize("rows", [1, 3])
 def test_copy_out_returns_every_member_dense_and_bytewise(grouped, rows):
-    # Runs of one dtype, gaps inside and between runs, an empty and a 0-d member.
-    dtypes = [torch.float32, torch.float32, torch.bfloat16, torch.bool, torch.int8, torch.bfloat16,
-              torch.float64, torch.float32, torch.bfloat16]
-    sizes = [3, 5, 7, 4, 9, 0, 2, 1, 6]
+    dtypes, sizes = MIXED_DTYPES, MIXED_SIZES
     layout, buffer = _gathered_bytes(dtypes, sizes, grouped, rows, seed=2)
     shapes = [[rows * n] if k != 7 or rows > 1 else [] for k, n in enumerate(sizes)]  # member 7: 0-d when rows=1
     outs = torch.ops.bucketing_ops.copy_out(
@@ -89,9 +92,7 @@ def _assert_members_copied_out(outs, buffer, layout, dtypes, shapes, rows):
 @pytest.mark.parametrize("rows", [1, 3])
 def test_copy_out_into_fills_every_member_bytewise(grouped, rows):
     # The CPU form: the graph allocates each member [rows, width]; one call fills them.
-    dtypes = [torch.float32, torch.float32, torch.bfloat16, torch.bool, torch.int8, torch.bfloat16,
-              torch.float64, torch.float32, torch.bool]
-    sizes = [3, 5, 7, 4, 9, 0, 2, 1, 6]
+    dtypes, sizes = MIXED_DTYPES, MIXED_SIZES
     layout, buffer = _gathered_bytes(dtypes, sizes, grouped, rows, seed=5)
     outs = [torch.full((rows, n), 7, dtype=d) for d, n in zip(dtypes, sizes)]
     result = torch.ops.bucketing_ops.copy_out_into(
