@@ -26,13 +26,14 @@ def bucket_extra_intervals(bucket, whens: dict, issue: int, copy_out: str = "cop
 
     With the default copy-out, the merged result lives from the bucket's issue
     to its first use, where every member is copied out of it; each member
-    then lives to its own last use, in place of its own collective's result. With `views` (copy_out="views") members share the
-    merged buffer, which exists
-    from the issue and is held until every member is read (an all-gather
-    member's clone is made at its first use; reduce-scatter and all-reduce
-    members are slices, held to the bucket's last use). With "packed", members
-    are slices of the packed runs, which live to the bucket's last use. Either way an input
-    read after its own collective's place is held until the issue. The
+    then lives to its own last use, in place of its own collective's result.
+    With `views` (copy_out="views") members share the merged buffer, which
+    exists from the issue and is held until every member is read (an
+    all-gather member's clone is made at its first use; reduce-scatter and
+    all-reduce members are slices, held to the bucket's last use). With
+    "packed", members are slices of the packed runs, which live to the
+    bucket's last use. Either way an input read after its own collective's
+    place is held until the issue. The
     packed input, and the copy-out's moment when the merged result and its
     members coexist, are bounded by the cap and not counted here.
     """

@@ -164,10 +164,10 @@ def _copy_out_impl(buffer, rows, offsets, row_bytes, dtypes, shapes, ndims):
     stretch go to scratch. The CPU's compiled steps use copy_out_into instead.
     """
     src = _as_bytes(buffer).view(rows, -1)
-    names, member_shapes = _names_and_shapes(dtypes, tuple(shapes), tuple(ndims))
+    names = dtypes.split(",")
     outs = [
         torch.empty(shape, dtype=dtype_from_name(name), device=buffer.device)
-        for name, shape in zip(names, member_shapes)
+        for name, shape in zip(names, _member_shapes(shapes, ndims))
     ]
     for name, start, end, pieces in _copy_out_stretches(tuple(offsets), tuple(row_bytes), dtypes):
         dtype = dtype_from_name(name)
@@ -176,11 +176,6 @@ def _copy_out_impl(buffer, rows, offsets, row_bytes, dtypes, shapes, ndims):
                else region.new_empty(rows, width) for i, width in pieces]
         torch.split_with_sizes_copy(region, [width for _, width in pieces], dim=1, out=out)
     return outs
-
-
-@functools.lru_cache(maxsize=LAYOUT_CACHE_SIZE)
-def _names_and_shapes(dtypes: str, shapes: tuple, ndims: tuple) -> tuple[list[str], list[list[int]]]:
-    return dtypes.split(","), _member_shapes(list(shapes), list(ndims))
 
 
 def _copy_out_into_impl(buffer, rows, offsets, row_bytes, dtypes, outs):

@@ -196,7 +196,8 @@ def _copy_out_into(graph, meta: MetaEvaluator, created, result: fx.Node, rows: i
 def _copy_out(graph, meta: MetaEvaluator, created, result: fx.Node, rows: int, members, offsets: list[int],
               row_bytes: list[int], shapes: list[list[int]],
               copy_out: str = "copy") -> tuple[list[fx.Node | None], list[fx.Node]]:
-    """Members with users as fresh dense tensors, made by one `copy_out` op.
+    """Members with users as fresh dense tensors, made by one copy-out op
+    (`copy_out`, or `copy_out_into`/`copy_out_packed` for those modes).
 
     Member i is bytes [offsets[i], offsets[i] + row_bytes[i]) of each of the
     `rows` rows of `result`.
