@@ -5,7 +5,11 @@ Forward nodes carry `nn_module_stack`, backward nodes `fwd_nn_module_stack`
 (path, class) pair whose path is written the way Dynamo reached the module
 (`L['self'].layers.0`, `L['fn']._modules['layers']['0']`). Paths are read
 here as the FQNs a user writes (`layers.0`), so a plan names modules the way
-`named_modules()` does.
+`named_modules()` does. A module Dynamo reached another way than through
+the module tree (torchtitan's SimpleFSDP keeps its parametrization module in
+the closure of a property: `dict(type(L['self'].layers.0.wo).__dict__)
+['weight'].fget.__closure__[0].cell_contents`) has no FQN and is left out of
+the stack; the modules around it still place the collective.
 
 Three ways to pick a collective's unit, in this order:
 
@@ -24,11 +28,13 @@ from collections.abc import Sequence
 
 import torch.fx as fx
 
-# Dynamo's root (`L['self']`, `L['fn']`, `L["model"]`) and wrapper modules
+# Dynamo's root (`L['self']`, `L['fn']`, `L["model"]`, a global `G['model']`) and wrapper modules
 # that add a path component the user's FQN does not have.
-_ROOT = re.compile(r"""^L\[['"][^'"]+['"]\]""")
+_ROOT = re.compile(r"""^[LG]\[['"][^'"]+['"]\]""")
 _WRAPPERS = ("_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module")
 _SUBSCRIPT = re.compile(r"""(?:\._modules)?\[['"]?([^'"\]]+)['"]?\]""")
+# A path through the module tree: a root, then attributes and subscripts only.
+_TREE_PATH = re.compile(r"""^(?:[LG]\[['"][^'"]+['"]\]|self)?(?:\.\w+|\[(?:'[^']*'|"[^"]*"|\d+)\])*$""")
 
 
 def fqn(path: str) -> str:
@@ -41,15 +47,20 @@ def fqn(path: str) -> str:
     return ".".join(parts)
 
 
+def in_module_tree(path: str) -> bool:
+    """Whether Dynamo reached the module at `path` through the module tree (attributes, subscripts)."""
+    return _TREE_PATH.match(path) is not None
+
+
 def module_stack(node: fx.Node) -> tuple[tuple[str, str], ...]:
-    """(FQN, class name) of every module around `node`, outermost first."""
+    """(FQN, class name) of every module of the tree around `node`, outermost first."""
     stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
     if not stack:
         return ()
     out = []
     for entry in stack.values():
         path, cls = entry[0], entry[1] if len(entry) > 1 else ""
-        if not isinstance(path, str):
+        if not isinstance(path, str) or not in_module_tree(path):
             continue
         name = cls if isinstance(cls, str) else getattr(cls, "__name__", str(cls))
         out.append((fqn(path), name.rsplit(".", 1)[-1]))

@@ -23,9 +23,38 @@ BLOCKS = 4
     ("L['self']._orig_mod.layers.1", "layers.1"),
     ("self.norm", "norm"),
     ("L['self']", ""),
+    ("G['model'].layers.2", "layers.2"),
 ])
 def test_module_paths_read_as_the_fqns_a_user_writes(path, expected):
     assert modules.fqn(path) == expected
+    assert modules.in_module_tree(path)
+
+
+# torchtitan's SimpleFSDP calls a parametrization module held in the closure of
+# a property; Dynamo names it by that route, which is no module FQN.
+CLOSURE_PATH = "dict(type(L['self'].layers.0.attention.wo).__dict__)['weight'].fget.__closure__[0].cell_contents"
+
+
+def _forward_through_closure(group_name):
+    """_forward with every gather's innermost module the one shared parametrization."""
+    gm = _forward(group_name)
+    for node in gm.graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if stack:
+            (path, _), = stack.values()
+            node.meta["nn_module_stack"] = {path: (path, "Linear"), CLOSURE_PATH: (CLOSURE_PATH, "Replicate")}
+    return gm
+
+
+def test_modules_reached_outside_the_tree_leave_the_stack(group_name):
+    assert not modules.in_module_tree(CLOSURE_PATH)
+    gm = _forward_through_closure(group_name)
+    node = next(n for n in gm.graph.nodes if n.meta.get("nn_module_stack"))
+    assert modules.module_stack(node) == (("layers.0.proj", "Linear"),)
+    plan = bc.bucket_collectives(gm, locality_flops=0)
+    assert [(b.module, len(b.members)) for b in plan.buckets] == [(f"layers.{i}", 2) for i in range(BLOCKS)]
+    plan = bc.bucket_collectives(_forward_through_closure(group_name), module_buckets=PLAN, policy="merge_all")
+    assert [b.module for b in plan.buckets] == ["layers.0", "layers.1", "layers.2+layers.3"]
 
 
 @pytest.mark.parametrize("plan, message", [
