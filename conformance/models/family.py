@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing._internal.distributed._tensor.common_dtensor import MLPStacked, ModelArgs, Transformer
 
-from .simple_fsdp import simple_fsdp
+from .simple_fsdp import simple_fsdp, simple_fsdp_closure
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +35,8 @@ class ModelSpec:
     # A module_buckets plan for this model (torch's module_bucket_plans format),
     # run as the variant "module_buckets" and by torch's manual bucketer.
     module_plan: list | None = None
+    # How parameters are sharded (simple_fsdp.py): model, mesh -> model.
+    shard: Callable = simple_fsdp
 
     def variants(self) -> dict[str, dict]:
         """Pass options per variant, each compared with the unbucketed run."""
@@ -45,7 +47,7 @@ class ModelSpec:
 
     def build(self, mesh, device: str) -> torch.nn.Module:
         torch.manual_seed(0)  # the same full weights on every rank; each keeps its shard
-        return simple_fsdp(self.make().to(device), mesh)
+        return self.shard(self.make().to(device), mesh)
 
     def autocast(self, device: str):
         if self.autocast_dtype is None:
@@ -186,6 +188,12 @@ MODELS = {
                   {"unbucketed": (8, 8), "default": (4, 8), "merge_all": (1, 2), "module_buckets": (3, 6),
                    "torch-manual": (6, 6)},
                   module_plan=["layers.0", "layers.1", ["layers.2", "layers.3"]]),
+        ModelSpec("blocks4-closure-bf16-f32", Blocks, _blocks_batch, _mse, None,
+                  "the 4 blocks sharded torchtitan's way: a parametrization module in each property's closure",
+                  # As blocks4: the parametrization module Dynamo reaches through the
+                  # closure is no layer of the model, and places nothing.
+                  {"unbucketed": (8, 8), "default": (4, 8), "merge_all": (1, 2)},
+                  shard=simple_fsdp_closure),
     )
 }
 

@@ -6,6 +6,14 @@ parameter in the forward graph) and hands back a local tensor whose gradient
 is `Partial` (one reduce-scatter per gradient in the backward graph). The
 module's class is swapped for a subclass with one property per parameter, so
 dynamo traces plain attribute reads.
+
+`simple_fsdp_closure` shards the same way as torchtitan's SimpleFSDP
+(`experiments/graph_trainer/simple_fsdp.py`): the property calls a
+parametrization *module* held in its closure, and the subclass is cached per
+(class, parameter names), so every module of a class calls the first one's
+parametrization. Dynamo then names that module by its route through the
+closure, not by a module FQN; a pass placing collectives by module must still
+find the layer around it.
 """
 
 from __future__ import annotations
@@ -28,16 +36,45 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
+def _shard_parameters(module: torch.nn.Module, mesh: DeviceMesh) -> list[str]:
+    names = [n for n, p in module.named_parameters(recurse=False) if p is not None]
+    for name in names:
+        param = module._parameters[name]
+        sharded = distribute_tensor(param.detach(), mesh, [Shard(0)])
+        module._parameters[name] = torch.nn.Parameter(sharded, requires_grad=param.requires_grad)
+    return names
+
+
 def simple_fsdp(model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
     """Shard every parameter of `model` in place along dim 0 over `mesh`; returns `model`."""
     for module in list(model.modules()):
-        names = [n for n, p in module.named_parameters(recurse=False) if p is not None]
+        names = _shard_parameters(module, mesh)
+        if names:
+            cls = module.__class__
+            module.__class__ = type(f"SimpleFSDP{cls.__name__}", (cls,), {n: _property(n) for n in names})
+    return model
+
+
+class ReplicateParameter(torch.nn.Module):
+    """The parametrization: a sharded parameter in, the replicated local tensor out."""
+
+    def forward(self, param: DTensor) -> torch.Tensor:
+        return _replicate(param)
+
+
+_CLOSURE_CLASSES: dict[tuple, type] = {}
+
+
+def simple_fsdp_closure(model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
+    """`simple_fsdp` through a parametrization module in each property's closure (torchtitan's way)."""
+    for module in list(model.modules()):
+        names = _shard_parameters(module, mesh)
         if not names:
             continue
-        for name in names:
-            param = module._parameters[name]
-            sharded = distribute_tensor(param.detach(), mesh, [Shard(0)])
-            module._parameters[name] = torch.nn.Parameter(sharded, requires_grad=param.requires_grad)
-        cls = module.__class__
-        module.__class__ = type(f"SimpleFSDP{cls.__name__}", (cls,), {n: _property(n) for n in names})
+        key = (module.__class__, frozenset(names))
+        if key not in _CLOSURE_CLASSES:
+            replicate = ReplicateParameter()
+            properties = {n: property(lambda self, n=n: replicate(self._parameters[n])) for n in names}
+            _CLOSURE_CLASSES[key] = type(f"SimpleFSDP{module.__class__.__name__}", (module.__class__,), properties)
+        module.__class__ = _CLOSURE_CLASSES[key]
     return model
