@@ -1,5 +1,5 @@
 """Sessions: tests (default, CPU, once per supported torch release), conformance, fuzz,
-lint, gpu_tests, demo, bench.
+clients, lint, gpu_tests, demo, bench.
 
 torch is installed explicitly and pinned: a bare `torch` would pull a CUDA
 build of several GB. `tests` runs on every supported release (`nox -s
@@ -63,7 +63,7 @@ def tests(session: nox.Session, torch: str) -> None:
                      "set BUCKETING_REQUIRE_ALL_RELEASES=1 to fail instead")
     # Later releases skip what is costly or release-independent (4-rank model
     # runs, launcher and cache checks), so the default session stays short.
-    markers = "not slow and not gpu" + ("" if torch == TORCH_RELEASES[0] else " and not first_release")
+    markers = "not slow and not gpu and not client" + ("" if torch == TORCH_RELEASES[0] else " and not first_release")
     session.run("pytest", "-n", "2", "-m", markers, "--durations=15", *session.posargs, env=RANK_ENV)
 
 
@@ -71,7 +71,7 @@ def tests(session: nox.Session, torch: str) -> None:
 def conformance(session: nox.Session) -> None:
     """The conformance suite alone; pass e.g. `-- --bucketing-pass=torch`."""
     _install(session)
-    session.run("pytest", "-n", "2", "-m", "not gpu", "conformance", *session.posargs, env=RANK_ENV)
+    session.run("pytest", "-n", "2", "-m", "not gpu and not client", "conformance", *session.posargs, env=RANK_ENV)
     # World size 8 under torchrun (gloo), on a representative subset: bucketing
     # bugs in chunk padding, rank offsets and row packing show with more ranks.
     pass_args = [a for a in session.posargs if a.startswith("--bucketing-pass")]
@@ -92,6 +92,21 @@ def lint(session: nox.Session) -> None:
     """ruff over the package, the suite, tests and benchmarks."""
     session.install("ruff")
     session.run("ruff", "check", "bucketing", "conformance", "tests", "benchmarks", "noxfile.py")
+
+
+# torchtitan's own dependencies would replace torch and pull a training stack
+# (datasets, wandb, ...): it comes without them, and its model and SimpleFSDP
+# import only these two besides torch.
+TORCHTITAN_IMPORTS = ["spmd_types==0.2.3", "tyro"]
+
+
+@nox.session
+def clients(session: nox.Session) -> None:
+    """Real training clients with their own sharding (torchtitan's SimpleFSDP llama3), bit for bit, 2 gloo ranks."""
+    _install(session)
+    session.install("--no-deps", "torchtitan==0.3.0")
+    session.install(*TORCHTITAN_IMPORTS)
+    session.run("pytest", "-m", "client", "conformance/multiproc/test_models.py", *session.posargs, env=RANK_ENV)
 
 
 @nox.session(venv_backend="none")

@@ -39,6 +39,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running; excluded from the default run")
     config.addinivalue_line("markers", "inductor: compiles through torch.compile/Inductor")
     config.addinivalue_line("markers", "gpu: needs a CUDA device")
+    config.addinivalue_line("markers", "client: trains a real client installed by `nox -s clients` (torchtitan)")
     config.addinivalue_line("markers", "first_release: `nox -s tests` runs it on the first supported release only "
                                        "(costly, or the same on every release)")
 

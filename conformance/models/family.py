@@ -199,7 +199,10 @@ MODELS = {
 
 
 def get(name: str) -> ModelSpec:
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise ValueError(f"unknown model {name!r}; known: {sorted(MODELS)}") from None
+    """A model of the family, or a real client (clients.py, `nox -s clients`)."""
+    from .clients import CLIENTS
+
+    spec = MODELS.get(name) or CLIENTS.get(name)
+    if spec is None:
+        raise ValueError(f"unknown model {name!r}; known: {sorted(MODELS) + sorted(CLIENTS)}")
+    return spec

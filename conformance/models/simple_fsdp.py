@@ -65,6 +65,10 @@ class ReplicateParameter(torch.nn.Module):
 _CLOSURE_CLASSES: dict[tuple, type] = {}
 
 
+def _closure_property(replicate: ReplicateParameter, name: str) -> property:
+    return property(lambda self: replicate(self._parameters[name]))
+
+
 def simple_fsdp_closure(model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
     """`simple_fsdp` through a parametrization module in each property's closure (torchtitan's way)."""
     for module in list(model.modules()):
@@ -74,7 +78,7 @@ def simple_fsdp_closure(model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Mo
         key = (module.__class__, frozenset(names))
         if key not in _CLOSURE_CLASSES:
             replicate = ReplicateParameter()
-            properties = {n: property(lambda self, n=n: replicate(self._parameters[n])) for n in names}
+            properties = {n: _closure_property(replicate, n) for n in names}
             _CLOSURE_CLASSES[key] = type(f"SimpleFSDP{module.__class__.__name__}", (module.__class__,), properties)
         module.__class__ = _CLOSURE_CLASSES[key]
     return model

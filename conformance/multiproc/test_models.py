@@ -15,6 +15,7 @@ import pytest
 
 from conformance.adapters import BUCKETING
 from conformance.models import family
+from conformance.models.clients import CLIENTS
 from conformance.plugin import inductor_case
 from conformance.pool import raise_on_failure
 
@@ -35,6 +36,18 @@ TWO_RANKS_ONLY = {"transformer-bf16-f32": {"module_buckets"}}
     for m in sorted(family.MODELS)
 ])
 def test_model_trains_bit_identically(model_id, world_size, bucketing_adapter, rank_pools, request):
+    _check_model(model_id, world_size, bucketing_adapter, rank_pools, request)
+
+
+@pytest.mark.inductor
+@pytest.mark.client  # `nox -s clients`: installs the clients (conformance/models/clients.py)
+@pytest.mark.parametrize("model_id", sorted(CLIENTS))
+def test_client_trains_bit_identically(model_id, bucketing_adapter, rank_pools, request):
+    _check_model(model_id, 2, bucketing_adapter, rank_pools, request)
+
+
+def _check_model(model_id, world_size, bucketing_adapter, rank_pools, request):
+    """Train unbucketed and per variant; every rank's bytes equal, collective counts as the spec expects."""
     inductor_case(bucketing_adapter, f"model:{model_id}-w{world_size}", request)
     spec = family.get(model_id)
     variants = spec.variants()
