@@ -102,7 +102,7 @@ TORCHTITAN_IMPORTS = ["spmd_types==0.2.3", "tyro"]
 
 @nox.session
 def clients(session: nox.Session) -> None:
-    """Real training clients with their own sharding (torchtitan's SimpleFSDP llama3), bit for bit, 2 gloo ranks."""
+    """Real training clients with their own sharding (torchtitan's SimpleFSDP llama3), bit for bit, 2 and 4 gloo ranks."""
     _install(session)
     session.install("--no-deps", "torchtitan==0.3.0")
     session.install(*TORCHTITAN_IMPORTS)

@@ -30,11 +30,12 @@ import torch.fx as fx
 
 # Dynamo's root (`L['self']`, `L['fn']`, `L["model"]`, a global `G['model']`) and wrapper modules
 # that add a path component the user's FQN does not have.
-_ROOT = re.compile(r"""^[LG]\[['"][^'"]+['"]\]""")
+_ROOT_PATTERN = r"""[LG]\[['"][^'"]+['"]\]"""
+_ROOT = re.compile("^" + _ROOT_PATTERN)
 _WRAPPERS = ("_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module")
 _SUBSCRIPT = re.compile(r"""(?:\._modules)?\[['"]?([^'"\]]+)['"]?\]""")
 # A path through the module tree: a root, then attributes and subscripts only.
-_TREE_PATH = re.compile(r"""^(?:[LG]\[['"][^'"]+['"]\]|self)?(?:\.\w+|\[(?:'[^']*'|"[^"]*"|\d+)\])*$""")
+_TREE_PATH = re.compile(rf"""^(?:{_ROOT_PATTERN}|self)?(?:\.\w+|\[(?:'[^']*'|"[^"]*"|\d+)\])*$""")
 
 
 def fqn(path: str) -> str:
