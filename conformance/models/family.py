@@ -68,6 +68,12 @@ def _mixed_transformer() -> torch.nn.Module:
     return model
 
 
+# The same Transformer in f32 with its output projection tied to the token
+# embedding: one parameter all-gathered once and read twice, its gradient the
+# sum of two reduce-scatters.
+TIED_TRANSFORMER_ARGS = dataclasses.replace(TRANSFORMER_ARGS, weight_tying=True)
+
+
 def _tokens(rank: int, device: str) -> tuple:
     gen = torch.Generator().manual_seed(1000 + rank)
     args = TRANSFORMER_ARGS
@@ -178,6 +184,14 @@ MODELS = {
                   # the tail's two, the embedding's. merge_all: one all-gather across
                   # attention, one reduce-scatter per dtype.
                   {"unbucketed": (21, 21), "default": (4, 7), "merge_all": (1, 2)}),
+        ModelSpec("transformer-tied-f32", lambda: Transformer(TIED_TRANSFORMER_ARGS), _tokens, _token_loss, None,
+                  "torch's test Transformer in f32 with the output projection tied to the token embedding",
+                  # One all-gather for the tied weight (read by the embedding and the
+                  # output), two reduce-scatters for its gradient. Default: the embeddings
+                  # (the tied weight's two uses span the model), one per block, the
+                  # final norm; reduce-scatters: the output's use with the final norm,
+                  # one per block, the embeddings'. merge_all: one of each.
+                  {"unbucketed": (28, 29), "default": (4, 4), "merge_all": (1, 1)}),
         ModelSpec("mlp-stacked-f32", lambda: MLPStacked("cpu", n_layers=4), _mlp_batch, _mse, None,
                   "torch's test MLPStacked (4 blocks of Linear 10x16, 16x10) in f32; uneven shards at 4 ranks",
                   {"unbucketed": (16, 16), "default": (4, 4), "merge_all": (1, 1)}),

@@ -36,19 +36,28 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
-def _shard_parameters(module: torch.nn.Module, mesh: DeviceMesh) -> list[str]:
+def _shard_parameters(module: torch.nn.Module, mesh: DeviceMesh, sharded: dict[int, torch.nn.Parameter]) -> list[str]:
+    """Shard `module`'s own parameters; `sharded` maps a parameter already seen
+    (by identity) to its sharded one, so a tied parameter stays one parameter."""
     names = [n for n, p in module.named_parameters(recurse=False) if p is not None]
     for name in names:
         param = module._parameters[name]
-        sharded = distribute_tensor(param.detach(), mesh, [Shard(0)])
-        module._parameters[name] = torch.nn.Parameter(sharded, requires_grad=param.requires_grad)
+        if id(param) not in sharded:
+            dtensor = distribute_tensor(param.detach(), mesh, [Shard(0)])
+            sharded[id(param)] = torch.nn.Parameter(dtensor, requires_grad=param.requires_grad)
+        module._parameters[name] = sharded[id(param)]
     return names
 
 
 def simple_fsdp(model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
-    """Shard every parameter of `model` in place along dim 0 over `mesh`; returns `model`."""
+    """Shard every parameter of `model` in place along dim 0 over `mesh`; returns `model`.
+
+    A parameter shared by several modules (tied embeddings) stays one sharded
+    parameter: each use all-gathers it, and its gradient sums every use's.
+    """
+    sharded: dict[int, torch.nn.Parameter] = {}
     for module in list(model.modules()):
-        names = _shard_parameters(module, mesh)
+        names = _shard_parameters(module, mesh, sharded)
         if names:
             cls = module.__class__
             module.__class__ = type(f"SimpleFSDP{cls.__name__}", (cls,), {n: _property(n) for n in names})
@@ -71,8 +80,9 @@ def _closure_property(replicate: ReplicateParameter, name: str) -> property:
 
 def simple_fsdp_closure(model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
     """`simple_fsdp` through a parametrization module in each property's closure (torchtitan's way)."""
+    sharded: dict[int, torch.nn.Parameter] = {}
     for module in list(model.modules()):
-        names = _shard_parameters(module, mesh)
+        names = _shard_parameters(module, mesh, sharded)
         if not names:
             continue
         key = (module.__class__, frozenset(names))
