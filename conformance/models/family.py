@@ -88,27 +88,38 @@ def _token_loss(logits, targets):
 
 # A small Llama: 2 decoder layers of 9 parameters each (4 attention
 # projections, 3 SwiGLU projections, 2 RMSNorms), grouped-query attention.
+# Qwen2 and Mixtral share its sizes: Qwen2 adds biases to the q/k/v
+# projections; Mixtral's decoder layers are mixtures of 4 experts (a router
+# and two 3-D expert weights in place of the MLP), 2 experts per token.
 LLAMA_CONFIG = dict(vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                     tie_word_embeddings=False, use_cache=False)
+MIXTRAL_EXPERTS = dict(num_local_experts=4, num_experts_per_tok=2)
 
 
-class LlamaLogits(torch.nn.Module):
-    """transformers' `LlamaForCausalLM` returning logits; bf16 Linear, f32 Embedding and RMSNorm."""
+class CausalLMLogits(torch.nn.Module):
+    """A `transformers` causal LM returning logits; bf16 Linear, f32 Embedding, norms and expert weights."""
 
-    def __init__(self):
+    def __init__(self, architecture: str, **config):
         super().__init__()
-        from transformers import LlamaConfig, LlamaForCausalLM  # imported when the model is built
+        import transformers  # imported when the model is built
 
-        config = LlamaConfig(**LLAMA_CONFIG)
+        config = getattr(transformers, f"{architecture}Config")(**LLAMA_CONFIG, **config)
         config._attn_implementation = "sdpa"
-        self.model = LlamaForCausalLM(config)
+        self.model = getattr(transformers, f"{architecture}ForCausalLM")(config)
         for module in self.model.modules():
             if isinstance(module, torch.nn.Linear):
                 module.to(torch.bfloat16)
 
     def forward(self, tokens):
         return self.model(input_ids=tokens).logits
+
+
+class LlamaLogits(CausalLMLogits):
+    """transformers' `LlamaForCausalLM` returning logits."""
+
+    def __init__(self):
+        super().__init__("Llama")
 
 
 def _llama_tokens(rank: int, device: str) -> tuple:
@@ -184,6 +195,19 @@ MODELS = {
                   # the tail's two, the embedding's. merge_all: one all-gather across
                   # attention, one reduce-scatter per dtype.
                   {"unbucketed": (21, 21), "default": (4, 7), "merge_all": (1, 2)}),
+        ModelSpec("qwen2-hf-bf16-f32", lambda: CausalLMLogits("Qwen2"), _llama_tokens, _token_loss, torch.bfloat16,
+                  "transformers' Qwen2ForCausalLM (the Llama's sizes, biased q/k/v projections): bf16 Linear, "
+                  "f32 Embedding and RMSNorm, autocast bf16",
+                  # As the Llama: one all-gather per decoder layer (12 members).
+                  {"unbucketed": (27, 27), "default": (4, 7), "merge_all": (1, 2)}),
+        ModelSpec("mixtral-hf-bf16-f32", lambda: CausalLMLogits("Mixtral", **MIXTRAL_EXPERTS), _llama_tokens,
+                  _token_loss, torch.bfloat16,
+                  "transformers' MixtralForCausalLM (the Llama's sizes, 4 experts, 2 per token): bf16 Linear, "
+                  "f32 Embedding, RMSNorm and 3-D expert weights, autocast bf16",
+                  # Default: one all-gather per decoder layer (9 members), the embedding
+                  # with the final norm and the output projection; reduce-scatters per
+                  # layer and dtype, the rest listed. merge_all: across the experts.
+                  {"unbucketed": (21, 21), "default": (3, 7), "merge_all": (1, 2)}),
         ModelSpec("transformer-tied-f32", lambda: Transformer(TIED_TRANSFORMER_ARGS), _tokens, _token_loss, None,
                   "torch's test Transformer in f32 with the output projection tied to the token embedding",
                   # One all-gather for the tied weight (read by the embedding and the

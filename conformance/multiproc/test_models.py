@@ -24,17 +24,24 @@ STEPS = 3
 # Variants left to 2 ranks, to keep the default session short: the Transformer's
 # module plan differs from its default policy's buckets only outside the blocks.
 TWO_RANKS_ONLY = {"transformer-bf16-f32": {"module_buckets"}}
+# More architectures of the registry's `transformers`, for `nox -s conformance`
+# (slow): a minute or two each, where the Llama already runs in the default session.
+CONFORMANCE_ONLY = {"qwen2-hf-bf16-f32", "mixtral-hf-bf16-f32"}
+
+
+def _model_param(model_id: str):
+    # The Transformer is the real-model check on every release; the smaller
+    # models test the pass's plans (module plan, uneven shards) on the first.
+    if model_id == "transformer-bf16-f32":
+        return model_id
+    marks = [pytest.mark.first_release] + ([pytest.mark.slow] if model_id in CONFORMANCE_ONLY else [])
+    return pytest.param(model_id, marks=marks)
 
 
 @pytest.mark.inductor
 # 4 ranks: `nox -s conformance` (slow: minutes per model; the default session keeps 2 ranks).
 @pytest.mark.parametrize("world_size", [2, pytest.param(4, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("model_id", [
-    # The Transformer is the real-model check on every release; the smaller
-    # models test the pass's plans (module plan, uneven shards) on the first.
-    m if m == "transformer-bf16-f32" else pytest.param(m, marks=pytest.mark.first_release)
-    for m in sorted(family.MODELS)
-])
+@pytest.mark.parametrize("model_id", [_model_param(m) for m in sorted(family.MODELS)])
 def test_model_trains_bit_identically(model_id, world_size, bucketing_adapter, rank_pools, request):
     _check_model(model_id, world_size, bucketing_adapter, rank_pools, request)
 
