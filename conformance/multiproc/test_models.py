@@ -24,9 +24,10 @@ STEPS = 3
 # Variants left to 2 ranks, to keep the default session short: the Transformer's
 # module plan differs from its default policy's buckets only outside the blocks.
 TWO_RANKS_ONLY = {"transformer-bf16-f32": {"module_buckets"}}
-# More architectures of the registry's `transformers`, for `nox -s conformance`
-# (slow): a minute or two each, where the Llama already runs in the default session.
-CONFORMANCE_ONLY = {"qwen2-hf-bf16-f32", "mixtral-hf-bf16-f32"}
+# For `nox -s conformance` (slow), a minute or two each: more architectures of
+# the registry's `transformers`, where the Llama runs in the default session;
+# the tied Transformer, whose sharding tests/test_simple_fsdp.py checks there.
+CONFORMANCE_ONLY = {"qwen2-hf-bf16-f32", "mixtral-hf-bf16-f32", "transformer-tied-f32"}
 
 
 def _model_param(model_id: str):
