@@ -115,13 +115,6 @@ class CausalLMLogits(torch.nn.Module):
         return self.model(input_ids=tokens).logits
 
 
-class LlamaLogits(CausalLMLogits):
-    """transformers' `LlamaForCausalLM` returning logits."""
-
-    def __init__(self):
-        super().__init__("Llama")
-
-
 def _llama_tokens(rank: int, device: str) -> tuple:
     gen = torch.Generator().manual_seed(4000 + rank)
     shape = (2, 32)
@@ -184,7 +177,7 @@ MODELS = {
                   {"unbucketed": (29, 29), "default": (4, 7), "merge_all": (1, 2), "module_buckets": (4, 7),
                    "torch-manual": (7, 7)},
                   module_plan=[["tok_embeddings", "pos_embeddings"], "layers.0", "layers.1", ["norm", "output"]]),
-        ModelSpec("llama-hf-bf16-f32", LlamaLogits, _llama_tokens, _token_loss, torch.bfloat16,
+        ModelSpec("llama-hf-bf16-f32", lambda: CausalLMLogits("Llama"), _llama_tokens, _token_loss, torch.bfloat16,
                   "transformers' LlamaForCausalLM (2 layers, hidden 128, GQA 4/2 heads, SDPA): bf16 Linear, "
                   "f32 Embedding and RMSNorm, autocast bf16",
                   # Default: one all-gather bucket per decoder layer (9 members, bf16 and

@@ -25,8 +25,9 @@ STEPS = 3
 # module plan differs from its default policy's buckets only outside the blocks.
 TWO_RANKS_ONLY = {"transformer-bf16-f32": {"module_buckets"}}
 # For `nox -s conformance` (slow), a minute or two each: more architectures of
-# the registry's `transformers`, where the Llama runs in the default session;
-# the tied Transformer, whose sharding tests/test_simple_fsdp.py checks there.
+# the registry's `transformers` (the Llama runs in the default session) and the
+# tied Transformer (the default session checks its sharding eagerly:
+# tests/test_simple_fsdp.py).
 CONFORMANCE_ONLY = {"qwen2-hf-bf16-f32", "mixtral-hf-bf16-f32", "transformer-tied-f32"}
 
 
