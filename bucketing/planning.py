@@ -6,10 +6,14 @@ open bucket of its key only if its own mask does not hold that bucket's bit.
 
 Merging turns a bucket into one issue node (after all member inputs) and one
 wait node (before every member's first user), so buckets can depend on each
-other through members added later. Two rules keep the merged graph acyclic:
-a bucket never takes a member that depends on it, and a bucket that another
-bucket comes to depend on is closed at once, so no dependency can ever point
-back into it (a cycle would need a closed bucket to grow).
+other through members added later: a bucket depends on every bucket any of
+its members' inputs depends on. Each open bucket keeps the set of buckets
+that depend on it, directly or through other buckets, and takes no member
+whose inputs depend on it or on any of them: the merged graph stays acyclic,
+and a bucket stays open when another comes to depend on it. HSDP needs
+that: each gradient's all-reduce over replicas feeds its reduce-scatter over
+shards, and the all-reduces still merge into one bucket that the
+reduce-scatters' bucket reads.
 
 Nodes with side effects (mutations, effect tokens) are barriers: everything
 before one stays before it, and a bucket never spans one. Seeded random ops
@@ -119,12 +123,17 @@ def plan_buckets(
     rng_mask = 0  # what the next seeded node depends on through the random state
     everything = 0  # union of all masks so far: what a barrier depends on
 
-    def close_dependencies(mask: int, keep: int, closer: str) -> None:
+    # Per bucket: the buckets that depend on it (a bitmask), directly or
+    # through others; kept up to date while it is open (a closed bucket never
+    # takes a member, so no cycle can pass through its growth).
+    dependents: list[int] = []
+
+    def record_dependencies(mask: int, bid: int) -> None:
+        """Bucket `bid` took a member whose inputs depend on the buckets in `mask`."""
         for bids in open_by_key.values():
-            for bid in bids:
-                if bid != keep and (mask >> bid) & 1 and not buckets[bid].alone_reason:
-                    buckets[bid].alone_reason = f"closed: {closer} depends on its result"
-            bids[:] = [bid for bid in bids if bid == keep or not (mask >> bid) & 1]
+            for x in bids:
+                if x != bid and mask & ((1 << x) | dependents[x]):
+                    dependents[x] |= (1 << bid) | dependents[bid]
 
     def refusal(bid: int, c: Collective, w: When, mask: int) -> str | None:
         """Why `c` may not join bucket `bid`, or None if it may."""
@@ -133,6 +142,10 @@ def plan_buckets(
             if (barrier_mask >> bid) & 1:
                 return f"a side-effecting node ({last_barrier}) lies between it and the open bucket"
             return "its input depends on the open bucket's result"
+        through = mask & dependents[bid]
+        if through:
+            other = buckets[(through & -through).bit_length() - 1].members[0].node.name
+            return f"its input depends on {other}'s bucket, which depends on the open bucket's result"
         if bucket.nbytes + c.nbytes > bucket.cap_bytes:
             return f"the open bucket is full ({bucket.nbytes} + {c.nbytes} bytes > cap {bucket.cap_bytes:.0f})"
         if options.max_bucket_count is not None and len(bucket.members) >= options.max_bucket_count:
@@ -154,7 +167,7 @@ def plan_buckets(
                 bucket.members.append(c)
                 bucket.nbytes += c.nbytes
                 bucket.span = bucket.span.add(w)
-                close_dependencies(mask, bid, c.node.name)
+                record_dependencies(mask, bid)
                 return bid
             if not buckets[bid].alone_reason:
                 buckets[bid].alone_reason = f"{c.node.name} could not join: {why}"
@@ -168,9 +181,10 @@ def plan_buckets(
         bid = len(buckets)
         buckets.append(Bucket(index, c.kind, key, cap, [c], c.nbytes, Span.of(w), why or "",
                               unit, explicit))
+        dependents.append(0)
         bids.append(bid)
         del bids[:-max_open]
-        close_dependencies(mask, bid, c.node.name)
+        record_dependencies(mask, bid)
         return bid
 
     for node in graph.nodes:

@@ -198,6 +198,12 @@ def _cases() -> list[Case]:
     add(Case("rs-strided", tuple(rs(f32, 3 + i, group="world" if i % 2 else "strided") for i in range(6)),
              {"reduce_scatter": 2}, world_sizes=(4,),
              note="interleaved with strided groups (even ranks, odd ranks): rank offsets inside a group"))
+    add(Case("hsdp-grads", tuple(step for i in range(4) for step in (
+                 ar(bf16 if i % 2 else f32, 2 * (3 + i), group="strided"),
+                 rs(bf16 if i % 2 else f32, 3 + i, group="halves", depends_on=2 * i))),
+             {"all_reduce": 2, "reduce_scatter": 2}, {"policy": "merge_all"}, world_sizes=(4,),
+             note="HSDP's gradients on a 2x2 mesh: each all-reduce over replicas feeds a reduce-scatter over "
+                  "shards; one bucket of each per dtype, the reduce-scatters' reading the all-reduces'"))
     add(Case("rs-two-groups", tuple(rs(f32, 3 + i, group="world" if i % 2 else "alt") for i in range(4)),
              {"reduce_scatter": 2}))
     add(Case("mixed-kinds", (ag(bf16, 5), rs(f32, 3), ar(f32, 4), ag(f32, 3), rs(f32, 2), ar(f32, 1), ag(i8, 7)),

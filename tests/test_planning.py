@@ -110,9 +110,44 @@ def test_cross_bucket_cycle_is_refused(group_name):
 
     gm = trace(f, ((3,), f32), ((3,), f32), ((3,), f32), ((3,), f32))
     buckets, _ = _plan(gm)
-    # a2 may join a1's bucket, which closes b1's; b2 then starts a bucket of its own.
+    # a2 may join a1's bucket, which then depends on b1's; b2 (reading a1) may not join
+    # b1's and starts a bucket of its own.
     assert sorted(map(len, buckets)) == [1, 1, 2]
     bc.bucket_collectives(gm)
+    gm.graph.lint()
+
+
+def test_a_bucket_another_depends_on_stays_open(group_name):
+    # HSDP's gradients: each all-reduce (over replicas) feeds a reduce-scatter
+    # (over shards). The all-reduces' bucket stays open when the reduce-scatters'
+    # bucket comes to read it: one bucket of each, the second after the first.
+    def f(*grads):
+        return tuple(rs(ar(g, group_name), group_name) for g in grads)
+
+    gm = trace(f, *[((4 * WORLD,), f32)] * 4)
+    buckets, _ = _plan(gm, policy="merge_all")
+    assert [[name.split("_")[0] for name in b] for b in buckets] == [["all"] * 4, ["reduce"] * 4]
+    plan = bc.bucket_collectives(gm, policy="merge_all")
+    assert [(b.kind, len(b.members)) for b in plan.buckets] == [("all_reduce", 4), ("reduce_scatter", 4)]
+    gm.graph.lint()
+
+
+def test_a_dependency_through_another_bucket_is_refused(group_name):
+    # r1 reads a1's result and shares a bucket with r2; a2 reads r2 only. Once
+    # merged, r2's result waits on a1's bucket (through r1), so a2 may not join it.
+    def f(p, q, s, t):
+        a1 = ar(p, group_name)
+        r1 = rs(a1, group_name)
+        r2 = rs(q, group_name)
+        a2 = ar(s + r2.repeat(WORLD), group_name)
+        return r1, a2, t
+
+    gm = trace(f, ((4 * WORLD,), f32), ((4 * WORLD,), f32), ((4 * WORLD,), f32), ((1,), f32))
+    plan = bc.bucket_collectives(gm, policy="merge_all")
+    assert [(b.kind, len(b.members)) for b in plan.buckets] == [("reduce_scatter", 2)]
+    reasons = {s.node_name: s.reason for s in plan.skipped}
+    assert reasons["all_reduce_1"] == ("its input depends on reduce_scatter_tensor's bucket, "
+                                       "which depends on the open bucket's result"), reasons
     gm.graph.lint()
 
 

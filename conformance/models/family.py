@@ -37,6 +37,11 @@ class ModelSpec:
     module_plan: list | None = None
     # How parameters are sharded (simple_fsdp.py): model, mesh -> model.
     shard: Callable = simple_fsdp
+    # The device mesh: None, 1-D over every rank (FSDP); (replicate, shard),
+    # 2-D (HSDP: gradients all-reduced over replicas, reduce-scattered over shards).
+    mesh_shape: tuple[int, int] | None = None
+    # The world sizes it trains on; the first in the default session, the others slow.
+    world_sizes: tuple[int, ...] = (2, 4)
 
     def variants(self) -> dict[str, dict]:
         """Pass options per variant, each compared with the unbucketed run."""
@@ -44,6 +49,13 @@ class ModelSpec:
         if self.module_plan is not None:
             out["module_buckets"] = {"module_buckets": self.module_plan}
         return out
+
+    def mesh(self, device: str, world_size: int):
+        from torch.distributed.device_mesh import DeviceMesh
+
+        if self.mesh_shape is None:
+            return DeviceMesh(device, list(range(world_size)))
+        return DeviceMesh(device, torch.arange(world_size).view(self.mesh_shape), mesh_dim_names=("replicate", "shard"))
 
     def build(self, mesh, device: str) -> torch.nn.Module:
         torch.manual_seed(0)  # the same full weights on every rank; each keeps its shard
@@ -177,6 +189,15 @@ MODELS = {
                   {"unbucketed": (29, 29), "default": (4, 7), "merge_all": (1, 2), "module_buckets": (4, 7),
                    "torch-manual": (7, 7)},
                   module_plan=[["tok_embeddings", "pos_embeddings"], "layers.0", "layers.1", ["norm", "output"]]),
+        ModelSpec("transformer-hsdp-bf16-f32", _mixed_transformer, _tokens, _token_loss, torch.bfloat16,
+                  "the bf16 + f32 Transformer under HSDP on a 2x2 mesh: parameters sharded over 2 ranks, "
+                  "replicated over 2",
+                  # Forward as under FSDP. Backward: each gradient all-reduced over the
+                  # replicas, then reduce-scattered over the shards; per block and dtype one
+                  # bucket of each (the reduce-scatters' reads the all-reduces'), the rest
+                  # listed. (ag, rs, ar) per graph.
+                  {"unbucketed": (29, 29, 29), "default": (4, 7, 7), "merge_all": (1, 2, 2)},
+                  mesh_shape=(2, 2), world_sizes=(4,)),
         ModelSpec("llama-hf-bf16-f32", lambda: CausalLMLogits("Llama"), _llama_tokens, _token_loss, torch.bfloat16,
                   "transformers' LlamaForCausalLM (2 layers, hidden 128, GQA 4/2 heads, SDPA): bf16 Linear, "
                   "f32 Embedding and RMSNorm, autocast bf16",

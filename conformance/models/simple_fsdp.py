@@ -24,7 +24,20 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distrib
 
 
 def _replicate(param: DTensor) -> torch.Tensor:
-    return param.redistribute(placements=(Replicate(),)).to_local(grad_placements=(Partial(),))
+    # Replicated on every mesh dim; the gradient Partial on every dim: a
+    # reduce-scatter over the shard dim and, on a 2-D (HSDP) mesh, an
+    # all-reduce over the replicate dim.
+    ndim = param.device_mesh.ndim
+    return param.redistribute(placements=(Replicate(),) * ndim).to_local(grad_placements=(Partial(),) * ndim)
+
+
+def _placements(mesh: DeviceMesh) -> list:
+    """Shard(0) on a 1-D mesh; on a 2-D mesh (replicate, shard), HSDP: replicated over dim 0, sharded over dim 1."""
+    if mesh.ndim == 1:
+        return [Shard(0)]
+    if mesh.ndim == 2:
+        return [Replicate(), Shard(0)]
+    raise ValueError(f"mesh must be 1-D (FSDP) or 2-D (HSDP: replicate, shard), got {mesh.ndim} dims")
 
 
 def _property(name: str) -> property:
@@ -43,7 +56,7 @@ def _shard_parameters(module: torch.nn.Module, mesh: DeviceMesh, sharded: dict[i
     for name in names:
         param = module._parameters[name]
         if id(param) not in sharded:
-            dtensor = distribute_tensor(param.detach(), mesh, [Shard(0)])
+            dtensor = distribute_tensor(param.detach(), mesh, _placements(mesh))
             sharded[id(param)] = torch.nn.Parameter(dtensor, requires_grad=param.requires_grad)
         module._parameters[name] = sharded[id(param)]
     return names

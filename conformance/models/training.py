@@ -49,11 +49,12 @@ def train(spec: family.ModelSpec, mesh: DeviceMesh, rank: int, device: str, cust
     torch._dynamo.reset()
     model = spec.build(mesh, device)
     optim = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
-    # Two ranks: each its own batch (a sum of two is exact in any order). More
-    # ranks: a merged reduce-scatter sums in another ring order than the
-    # unbucketed one, so every rank trains on the same batch; the reductions
-    # then add equal values, which any order rounds alike.
-    inputs, targets = spec.batch(rank if mesh.size() <= 2 else 0, device)
+    # Reductions over two ranks (every mesh dim of size 2 at most): each rank
+    # its own batch (a sum of two is exact in any order). Over more ranks a
+    # merged reduce-scatter sums in another ring order than the unbucketed one,
+    # so every rank trains on the same batch; the reductions then add equal
+    # values, which any order rounds alike.
+    inputs, targets = spec.batch(rank if max(mesh.shape) <= 2 else 0, device)
     recorder = Recorder(custom_pass)
     compiled = torch.compile(model)
     losses, first_grads = [], None
@@ -76,7 +77,7 @@ def run_model_case(ctx, model_id: str, adapter_spec: str, variants: dict, steps:
     """Rank task: train `model_id` unbucketed and under each named option set; compare bytes."""
     spec = family.get(model_id)
     adapter = adapters.load(adapter_spec)
-    mesh = DeviceMesh(ctx.device, list(range(ctx.world_size)))
+    mesh = spec.mesh(ctx.device, ctx.world_size)
     base_losses, base_grads, base_params, base_rec = train(spec, mesh, ctx.rank, ctx.device, None, steps)
     out = {"unbucketed": {"before": base_rec.before, "after": base_rec.after, "plans": [], "diff": None}}
     for name, options in variants.items():

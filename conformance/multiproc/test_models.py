@@ -31,19 +31,27 @@ TWO_RANKS_ONLY = {"transformer-bf16-f32": {"module_buckets"}}
 CONFORMANCE_ONLY = {"qwen2-hf-bf16-f32", "mixtral-hf-bf16-f32", "transformer-tied-f32"}
 
 
-def _model_param(model_id: str):
-    # The Transformer is the real-model check on every release; the smaller
-    # models test the pass's plans (module plan, uneven shards) on the first.
-    if model_id == "transformer-bf16-f32":
-        return model_id
-    marks = [pytest.mark.first_release] + ([pytest.mark.slow] if model_id in CONFORMANCE_ONLY else [])
-    return pytest.param(model_id, marks=marks)
+def _model_params():
+    """(model, world size) pairs: each model's first world size in the default
+    session, the others in `nox -s conformance` (slow: minutes per model)."""
+    for model_id, spec in sorted(family.MODELS.items()):
+        for k, world_size in enumerate(spec.world_sizes):
+            # The Transformer is the real-model check on every release; the other
+            # models (plans, uneven shards, HSDP) on the first.
+            marks = [] if model_id == "transformer-bf16-f32" else [pytest.mark.first_release]
+            if k > 0 or model_id in CONFORMANCE_ONLY:
+                marks.append(pytest.mark.slow)
+            yield pytest.param(model_id, world_size, marks=marks, id=f"{model_id}-{world_size}")
+
+
+def _counts(after: list[dict], expected: tuple) -> tuple:
+    """(forward all-gathers, backward reduce-scatters[, backward all-reduces]), as long as `expected`."""
+    forward, backward = after
+    return (forward["all_gather"], backward["reduce_scatter"], backward["all_reduce"])[:len(expected)]
 
 
 @pytest.mark.inductor
-# 4 ranks: `nox -s conformance` (slow: minutes per model; the default session keeps 2 ranks).
-@pytest.mark.parametrize("world_size", [2, pytest.param(4, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("model_id", [_model_param(m) for m in sorted(family.MODELS)])
+@pytest.mark.parametrize("model_id,world_size", list(_model_params()))
 def test_model_trains_bit_identically(model_id, world_size, bucketing_adapter, rank_pools, request):
     _check_model(model_id, world_size, bucketing_adapter, rank_pools, request)
 
@@ -78,13 +86,12 @@ def _check_model(model_id, world_size, bucketing_adapter, rank_pools, request, t
                 f"{r['diff'][2]} ({r['diff'][3]})\n" + "\n".join(r["plans"])
             )
     first = results[0]
-    forward, backward = (c for c in first["unbucketed"]["after"])
-    assert (forward["all_gather"], backward["reduce_scatter"]) == spec.expect["unbucketed"]
+    assert _counts(first["unbucketed"]["after"], spec.expect["unbucketed"]) == spec.expect["unbucketed"]
     if bucketing_adapter.expectations != BUCKETING:
         return
     for variant in variants:
         after = first[variant]["after"]
-        got = (after[0]["all_gather"], after[1]["reduce_scatter"])
+        got = _counts(after, spec.expect[variant])
         assert got == spec.expect[variant], f"{model_id} [{variant}]: {got}\n" + "\n".join(first[variant]["plans"])
         # Every collective left in a graph is a bucket or listed as left alone, with a reason.
         assert first[variant]["explained"] == [sum(c.values()) for c in after], first[variant]["plans"]
