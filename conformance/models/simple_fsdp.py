@@ -5,7 +5,10 @@ it through the module redistributes it to `Replicate` (one all-gather per
 parameter in the forward graph) and hands back a local tensor whose gradient
 is `Partial` (one reduce-scatter per gradient in the backward graph). The
 module's class is swapped for a subclass with one property per parameter, so
-dynamo traces plain attribute reads.
+dynamo traces plain attribute reads. On a 2-D `(replicate, shard)` mesh the
+sharding is HSDP: parameters sharded over the shard dim and replicated over
+the other; each gradient is all-reduced over the replicas, then
+reduce-scattered over the shards.
 
 `simple_fsdp_closure` shards the same way as torchtitan's SimpleFSDP
 (`experiments/graph_trainer/simple_fsdp.py`): the property calls a
