@@ -5,7 +5,8 @@ dim 256, 45 parameters) sharded by its SimpleFSDP
 (`torchtitan.experiments.graph_trainer.simple_fsdp.data_parallel`, mode
 "fully_shard"): bf16 weights, f32 RMSNorms. FlexAttention has no backward on
 the CPU, so the layers' attention is torchtitan's own SDPA module (causal),
-which it keeps for other models. `nox -s clients` installs torchtitan (without
+which it keeps for other models. `torchtitan-llama3-debug-hsdp`: the same in
+HSDP (mode "hybrid_shard") on a 2x2 mesh. `nox -s clients` installs torchtitan (without
 its dependencies, which would replace torch; the few it imports are listed
 there) and runs these.
 """
@@ -49,6 +50,12 @@ def _titan_shard(model: torch.nn.Module, mesh) -> torch.nn.Module:
     return data_parallel(model, mesh, "fully_shard")
 
 
+def _titan_hsdp(model: torch.nn.Module, mesh) -> torch.nn.Module:
+    from torchtitan.experiments.graph_trainer.simple_fsdp import data_parallel
+
+    return data_parallel(model, mesh, "hybrid_shard")
+
+
 def _titan_tokens(rank: int, device: str) -> tuple:
     gen = torch.Generator().manual_seed(5000 + rank)
     tokens = torch.randint(0, TITAN_VOCAB, (2, TITAN_SEQ), generator=gen)
@@ -68,5 +75,11 @@ CLIENTS = {
                   # merge_all: one all-gather across attention, one reduce-scatter per dtype.
                   {"unbucketed": (45, 45), "default": (8, 15), "merge_all": (1, 2)},
                   shard=_titan_shard),
+        ModelSpec("torchtitan-llama3-debug-hsdp", TitanLlama, _titan_tokens, _token_loss, None,
+                  "the same under torchtitan's SimpleFSDP in HSDP (mode \"hybrid_shard\") on a 2x2 mesh",
+                  # (ag, rs, ar) per graph: each gradient all-reduced over the replicas,
+                  # then reduce-scattered over the shards.
+                  {"unbucketed": (45, 45, 45), "default": (8, 15, 15), "merge_all": (1, 2, 2)},
+                  shard=_titan_hsdp, mesh_shape=(2, 2), world_sizes=(4,)),
     )
 }

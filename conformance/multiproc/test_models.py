@@ -58,8 +58,9 @@ def test_model_trains_bit_identically(model_id, world_size, bucketing_adapter, r
 
 @pytest.mark.inductor
 @pytest.mark.client  # `nox -s clients`: installs the clients (conformance/models/clients.py)
-@pytest.mark.parametrize("world_size", [2, 4])
-@pytest.mark.parametrize("model_id", sorted(CLIENTS))
+@pytest.mark.parametrize("model_id,world_size",
+                         [pytest.param(m, w, id=f"{m}-{w}") for m, spec in sorted(CLIENTS.items())
+                          for w in spec.world_sizes])
 def test_client_trains_bit_identically(model_id, world_size, bucketing_adapter, rank_pools, request):
     # A client compiles a real model three times over; 4 ranks share this machine's cores.
     _check_model(model_id, world_size, bucketing_adapter, rank_pools, request, timeout_s=900 * world_size // 2)
