@@ -37,9 +37,12 @@ class ModelSpec:
     module_plan: list | None = None
     # How parameters are sharded (simple_fsdp.py): model, mesh -> model.
     shard: Callable = simple_fsdp
-    # The device mesh: None, 1-D over every rank (FSDP); (replicate, shard),
-    # 2-D (HSDP: gradients all-reduced over replicas, reduce-scattered over shards).
+    # The device mesh: None, 1-D over every rank (FSDP); else 2-D of this shape
+    # with these dim names: ("replicate", "shard") is HSDP (gradients all-reduced
+    # over replicas, reduce-scattered over shards); ("dp", "tp") leaves the
+    # dims to `shard` (FSDP over dp of a model tensor-parallel over tp).
     mesh_shape: tuple[int, int] | None = None
+    mesh_dim_names: tuple[str, str] = ("replicate", "shard")
     # The world sizes it trains on; the first in the default session, the others slow.
     world_sizes: tuple[int, ...] = (2, 4)
 
@@ -55,7 +58,7 @@ class ModelSpec:
 
         if self.mesh_shape is None:
             return DeviceMesh(device, list(range(world_size)))
-        return DeviceMesh(device, torch.arange(world_size).view(self.mesh_shape), mesh_dim_names=("replicate", "shard"))
+        return DeviceMesh(device, torch.arange(world_size).view(self.mesh_shape), mesh_dim_names=self.mesh_dim_names)
 
     def build(self, mesh, device: str) -> torch.nn.Module:
         torch.manual_seed(0)  # the same full weights on every rank; each keeps its shard
@@ -78,6 +81,27 @@ def _mixed_transformer() -> torch.nn.Module:
         if isinstance(module, torch.nn.Linear):
             module.to(torch.bfloat16)
     return model
+
+
+def _tensor_parallel_fsdp(model: torch.nn.Module, mesh) -> torch.nn.Module:
+    """FSDP + TP on a (dp, tp) mesh: the Transformer's blocks tensor-parallel
+    over tp (Megatron's plan, as `Transformer.parallelize` without sequence
+    parallelism: q/k/v and w1 column-wise, wo and w2 row-wise, each block's
+    output all-reduced), then SimpleFSDP over dp of each rank's TP shard.
+    Embeddings, norms and the output projection stay whole on each TP rank
+    (a row-wise embedding does not compile: Dynamo cannot trace its masked
+    partial output)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    plan = {"attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(),
+            "feed_forward.w1": ColwiseParallel(), "feed_forward.w2": RowwiseParallel()}
+    for layer in model.layers:
+        parallelize_module(layer, mesh["tp"], plan)
+        # Attention runs on this rank's heads as plain tensors (the CPU's SDPA
+        # has no DTensor sharding rule).
+        layer.attention.n_heads //= mesh["tp"].size()
+    return simple_fsdp(model, mesh["dp"])
 
 
 # The same Transformer in f32 with its output projection tied to the token
@@ -198,6 +222,17 @@ MODELS = {
                   # listed. (ag, rs, ar) per graph.
                   {"unbucketed": (29, 29, 29), "default": (4, 7, 7), "merge_all": (1, 2, 2)},
                   mesh_shape=(2, 2), world_sizes=(4,)),
+        ModelSpec("transformer-fsdp-tp-f32", lambda: Transformer(TRANSFORMER_ARGS), _tokens, _token_loss, None,
+                  "torch's test Transformer in f32, tensor-parallel over 2 ranks (its own TP plan) and "
+                  "SimpleFSDP over the other 2 of a 2x2 mesh",
+                  # (ag, rs, backward ar) per graph. The forward's 4 TP all-reduces (each
+                  # block's attention and MLP output) feed each other through the blocks:
+                  # they stay as they were, listed. Backward: one reduce-scatter per
+                  # block plus embeddings and tail, the TP all-reduces of q/k/v's input
+                  # gradients merge per block under merge_all.
+                  {"unbucketed": (29, 29, 8), "default": (4, 4, 4), "merge_all": (1, 1, 4)},
+                  mesh_shape=(2, 2), mesh_dim_names=("dp", "tp"), world_sizes=(4,),
+                  shard=_tensor_parallel_fsdp),
         ModelSpec("llama-hf-bf16-f32", lambda: CausalLMLogits("Llama"), _llama_tokens, _token_loss, torch.bfloat16,
                   "transformers' LlamaForCausalLM (2 layers, hidden 128, GQA 4/2 heads, SDPA): bf16 Linear, "
                   "f32 Embedding and RMSNorm, autocast bf16",

@@ -43,8 +43,14 @@ def _placements(mesh: DeviceMesh) -> list:
     raise ValueError(f"mesh must be 1-D (FSDP) or 2-D (HSDP: replicate, shard), got {mesh.ndim} dims")
 
 
-def _property(name: str) -> property:
-    return property(lambda self: _replicate(self._parameters[name]))
+def _property(name: str, tp_layout: tuple | None) -> property:
+    if tp_layout is None:
+        return property(lambda self: _replicate(self._parameters[name]))
+    tp_mesh, placements = tp_layout
+    # A tensor-parallel parameter: FSDP gathers this rank's TP shard over the
+    # data-parallel ranks, and the module computes on it as the TP DTensor it was.
+    return property(lambda self: DTensor.from_local(_replicate(self._parameters[name]), tp_mesh, placements,
+                                                    run_check=False))
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
@@ -52,17 +58,25 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
-def _shard_parameters(module: torch.nn.Module, mesh: DeviceMesh, sharded: dict[int, torch.nn.Parameter]) -> list[str]:
+def _shard_parameters(module: torch.nn.Module, mesh: DeviceMesh, sharded: dict[int, tuple]) -> dict[str, tuple | None]:
     """Shard `module`'s own parameters; `sharded` maps a parameter already seen
-    (by identity) to its sharded one, so a tied parameter stays one parameter."""
+    (by identity) to its sharded one and TP layout, so a tied parameter stays
+    one parameter. Returns each name's TP layout (mesh, placements), or None
+    for a plain parameter."""
     names = [n for n, p in module.named_parameters(recurse=False) if p is not None]
+    layouts = {}
     for name in names:
         param = module._parameters[name]
         if id(param) not in sharded:
-            dtensor = distribute_tensor(param.detach(), mesh, _placements(mesh))
-            sharded[id(param)] = torch.nn.Parameter(dtensor, requires_grad=param.requires_grad)
-        module._parameters[name] = sharded[id(param)]
-    return names
+            tp_layout = None
+            full = param.detach()
+            if isinstance(full, DTensor):  # already tensor-parallel: shard its local part
+                tp_layout = (full.device_mesh, full.placements)
+                full = full.to_local()
+            dtensor = distribute_tensor(full, mesh, _placements(mesh))
+            sharded[id(param)] = (torch.nn.Parameter(dtensor, requires_grad=param.requires_grad), tp_layout)
+        module._parameters[name], layouts[name] = sharded[id(param)]
+    return layouts
 
 
 def simple_fsdp(model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
@@ -71,12 +85,13 @@ def simple_fsdp(model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
     A parameter shared by several modules (tied embeddings) stays one sharded
     parameter: each use all-gathers it, and its gradient sums every use's.
     """
-    sharded: dict[int, torch.nn.Parameter] = {}
+    sharded: dict[int, tuple] = {}
     for module in list(model.modules()):
-        names = _shard_parameters(module, mesh, sharded)
-        if names:
+        layouts = _shard_parameters(module, mesh, sharded)
+        if layouts:
             cls = module.__class__
-            module.__class__ = type(f"SimpleFSDP{cls.__name__}", (cls,), {n: _property(n) for n in names})
+            module.__class__ = type(f"SimpleFSDP{cls.__name__}", (cls,),
+                                    {n: _property(n, tp) for n, tp in layouts.items()})
     return model
 
 
@@ -96,11 +111,14 @@ def _closure_property(replicate: ReplicateParameter, name: str) -> property:
 
 def simple_fsdp_closure(model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
     """`simple_fsdp` through a parametrization module in each property's closure (torchtitan's way)."""
-    sharded: dict[int, torch.nn.Parameter] = {}
+    sharded: dict[int, tuple] = {}
     for module in list(model.modules()):
-        names = _shard_parameters(module, mesh, sharded)
-        if not names:
+        layouts = _shard_parameters(module, mesh, sharded)
+        if not layouts:
             continue
+        if any(tp is not None for tp in layouts.values()):
+            raise ValueError("simple_fsdp_closure: model holds tensor-parallel parameters; use simple_fsdp")
+        names = list(layouts)
         key = (module.__class__, frozenset(names))
         if key not in _CLOSURE_CLASSES:
             replicate = ReplicateParameter()

@@ -54,7 +54,9 @@ def train(spec: family.ModelSpec, mesh: DeviceMesh, rank: int, device: str, cust
     # merged reduce-scatter sums in another ring order than the unbucketed one,
     # so every rank trains on the same batch; the reductions then add equal
     # values, which any order rounds alike.
-    inputs, targets = spec.batch(rank if max(mesh.shape) <= 2 else 0, device)
+    # Tensor-parallel ranks compute on one batch: the batch follows the data-parallel rank.
+    batch_index = mesh.get_local_rank("dp") if "tp" in (mesh.mesh_dim_names or ()) else rank
+    inputs, targets = spec.batch(batch_index if max(mesh.shape) <= 2 else 0, device)
     recorder = Recorder(custom_pass)
     compiled = torch.compile(model)
     losses, first_grads = [], None

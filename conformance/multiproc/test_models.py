@@ -25,10 +25,10 @@ STEPS = 3
 # module plan differs from its default policy's buckets only outside the blocks.
 TWO_RANKS_ONLY = {"transformer-bf16-f32": {"module_buckets"}}
 # For `nox -s conformance` (slow), a minute or two each: more architectures of
-# the registry's `transformers` (the Llama runs in the default session) and the
+# the registry's `transformers` (the Llama runs in the default session), the
 # tied Transformer (the default session checks its sharding eagerly:
-# tests/test_simple_fsdp.py).
-CONFORMANCE_ONLY = {"qwen2-hf-bf16-f32", "mixtral-hf-bf16-f32", "transformer-tied-f32"}
+# tests/test_simple_fsdp.py) and FSDP + TP (HSDP, 2-D too, runs in the default session).
+CONFORMANCE_ONLY = {"qwen2-hf-bf16-f32", "mixtral-hf-bf16-f32", "transformer-tied-f32", "transformer-fsdp-tp-f32"}
 
 
 def _model_params():
