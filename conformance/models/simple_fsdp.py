@@ -8,7 +8,10 @@ module's class is swapped for a subclass with one property per parameter, so
 dynamo traces plain attribute reads. On a 2-D `(replicate, shard)` mesh the
 sharding is HSDP: parameters sharded over the shard dim and replicated over
 the other; each gradient is all-reduced over the replicas, then
-reduce-scattered over the shards.
+reduce-scattered over the shards. A parameter that is already a
+tensor-parallel `DTensor` is sharded by its local part (FSDP over dp of a
+model tensor-parallel over tp); the gathered part is handed to the module as
+the TP `DTensor` it was.
 
 `simple_fsdp_closure` shards the same way as torchtitan's SimpleFSDP
 (`experiments/graph_trainer/simple_fsdp.py`): the property calls a
