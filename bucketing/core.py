@@ -17,7 +17,7 @@ import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from . import cost, lowering, memory, ordering, report, schedule
+from . import cost, issue_order, lowering, memory, ordering, report, schedule
 from .collectives import find_collectives
 from .options import BucketingOptions, make_options
 from .planning import plan_buckets
@@ -29,7 +29,7 @@ log = logging.getLogger("bucketing")
 # The modules the pass runs: their source is the pass's cache key (with the
 # options), so editing the demo or the docs leaves users' FX graph caches valid.
 PASS_MODULES = (
-    "__init__", "collectives", "core", "cost", "effects", "kinds", "layout", "locality", "lowering",
+    "__init__", "collectives", "core", "cost", "effects", "issue_order", "kinds", "layout", "locality", "lowering",
     "memory", "modules", "ops", "options", "ordering", "planning", "records", "report", "rewrite", "schedule",
 )
 _SOURCE_FILES = tuple(os.path.join(os.path.dirname(__file__), f"{name}.py") for name in PASS_MODULES)
@@ -72,13 +72,15 @@ def _plan_and_rewrite(graph: fx.Graph, opts: BucketingOptions) -> Plan:
     skipped += planned.over_cap + planned.alone()
     if not planned.merged:
         return Plan([], skipped, time.perf_counter() - start)
+    units = issue_order.units_in_order(graph, planned.buckets)  # read before any new node
     snapshot = ordering.GraphSnapshot(graph)  # positions before any new node
     emitted = _emit(graph, planned.merged, opts, skipped)
     if not emitted:
         return Plan([], skipped, time.perf_counter() - start)
     issue_at = schedule.issue_positions([e.bucket for e in emitted], planned.whens)
     replace_members(graph, emitted)
-    ordering.place(graph, snapshot, emitted, issue_at)
+    merged = {m.node: e.collective for e in emitted for m in e.bucket.members}
+    ordering.place(graph, snapshot, emitted, issue_at, issue_order.chains(units, merged))
     reports = _describe(graph, emitted, planned.whens, issue_at, opts)
     graph.lint()
     return Plan(reports, skipped, time.perf_counter() - start)

@@ -9,6 +9,8 @@ that position; wait and copy-out nodes take their first user's
 position, so they run just before it. Nodes with side effects stay in their segment: everything
 before a barrier stays before it and everything after stays after it. Seeded
 random nodes keep their order among themselves (planning made sure it can).
+The collectives of each process group are issued in issue_order's order, the
+same on every rank.
 """
 
 from __future__ import annotations
@@ -46,10 +48,13 @@ class GraphSnapshot:
                 self.barriers.append(node)
 
 
-def place(graph: fx.Graph, snapshot: GraphSnapshot, emitted: list, issue_at: dict[int, int]) -> None:
+def place(graph: fx.Graph, snapshot: GraphSnapshot, emitted: list, issue_at: dict[int, int],
+          issue_chains: list[list[fx.Node]] = ()) -> None:
     """Put every emitted bucket's nodes where they belong, and the graph in a legal order.
 
     `issue_at` is schedule.issue_positions' answer, by bucket id, in `snapshot`'s positions.
+    Each of `issue_chains` (issue_order.chains) is one process group's
+    collectives, issued in that order whatever the positions say.
     """
     issue_priority, issue_segment, fallback = {}, {}, {}
     for e in emitted:
@@ -65,7 +70,7 @@ def place(graph: fx.Graph, snapshot: GraphSnapshot, emitted: list, issue_at: dic
     for node in graph.nodes:
         if node not in snapshot.position and node not in issue_priority and node not in fallback:
             fallback[node] = (len(snapshot.position), ORIGINAL, 0)
-    reorder(graph, snapshot, issue_priority, issue_segment, fallback)
+    reorder(graph, snapshot, issue_priority, issue_segment, fallback, issue_chains)
 
 
 def _readers_after_mutation(nodes: list[fx.Node]) -> dict[fx.Node, list[fx.Node]]:
@@ -85,6 +90,7 @@ def reorder(
     issue_priority: dict[fx.Node, Priority],
     issue_segment: dict[fx.Node, int],
     fallback_priority: dict[fx.Node, Priority],
+    issue_chains: list[list[fx.Node]] = (),
 ) -> None:
     """Move nodes into the stable topological order described above."""
     nodes = list(graph.nodes)
@@ -121,6 +127,9 @@ def reorder(
     for node, readers in _readers_after_mutation(nodes).items():
         for reader in readers:
             edge(node, reader)
+    for chain in issue_chains:
+        for a, b in zip(chain, chain[1:]):
+            edge(a, b)
     seeded = [n for n in snapshot.seeded if n in indegree]
     for a, b in zip(seeded, seeded[1:]):
         edge(a, b)

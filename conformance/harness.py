@@ -85,6 +85,11 @@ def first_difference(expected, actual) -> tuple[int, int, str] | None:
     if len(expected) != len(actual):
         return (-1, -1, f"{len(expected)} outputs expected, {len(actual)} produced")
     for i, (e, a) in enumerate(zip(expected, actual)):
+        if e is None or a is None:  # a parameter without a gradient
+            if e is not None or a is not None:
+                return (i, -1, f"{'no tensor' if e is None else 'a tensor'} expected, "
+                               f"{'none' if a is None else 'a tensor'} produced")
+            continue
         if e.dtype != a.dtype or e.shape != a.shape:
             return (i, -1, f"{e.dtype}{list(e.shape)} expected, {a.dtype}{list(a.shape)} produced")
         eb, ab = (_as_bytes(t.detach().reshape(-1)).cpu() for t in (e, a))

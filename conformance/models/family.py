@@ -133,16 +133,17 @@ LLAMA_CONFIG = dict(vocab_size=128, hidden_size=128, intermediate_size=256, num_
 MIXTRAL_EXPERTS = dict(num_local_experts=4, num_experts_per_tok=2)
 
 
-class CausalLMLogits(torch.nn.Module):
-    """A `transformers` causal LM returning logits; bf16 Linear, f32 Embedding, norms and expert weights."""
+class LMLogits(torch.nn.Module):
+    """A `transformers` language model (`{architecture}For{task}`) returning
+    logits; bf16 Linear, f32 Embedding, norms and expert weights."""
 
-    def __init__(self, architecture: str, **config):
+    def __init__(self, architecture: str, task: str = "CausalLM", **config):
         super().__init__()
         import transformers  # imported when the model is built
 
-        config = getattr(transformers, f"{architecture}Config")(**LLAMA_CONFIG, **config)
+        config = getattr(transformers, f"{architecture}Config")(**{**LLAMA_CONFIG, **config})
         config._attn_implementation = "sdpa"
-        self.model = getattr(transformers, f"{architecture}ForCausalLM")(config)
+        self.model = getattr(transformers, f"{architecture}For{task}")(config)
         for module in self.model.modules():
             if isinstance(module, torch.nn.Linear):
                 module.to(torch.bfloat16)
@@ -233,7 +234,7 @@ MODELS = {
                   {"unbucketed": (29, 29, 8), "default": (4, 4, 4), "merge_all": (1, 1, 4)},
                   mesh_shape=(2, 2), mesh_dim_names=("dp", "tp"), world_sizes=(4,),
                   shard=_tensor_parallel_fsdp),
-        ModelSpec("llama-hf-bf16-f32", lambda: CausalLMLogits("Llama"), _llama_tokens, _token_loss, torch.bfloat16,
+        ModelSpec("llama-hf-bf16-f32", lambda: LMLogits("Llama"), _llama_tokens, _token_loss, torch.bfloat16,
                   "transformers' LlamaForCausalLM (2 layers, hidden 128, GQA 4/2 heads, SDPA): bf16 Linear, "
                   "f32 Embedding and RMSNorm, autocast bf16",
                   # Default: one all-gather bucket per decoder layer (9 members, bf16 and
@@ -244,12 +245,12 @@ MODELS = {
                   # the tail's two, the embedding's. merge_all: one all-gather across
                   # attention, one reduce-scatter per dtype.
                   {"unbucketed": (21, 21), "default": (4, 7), "merge_all": (1, 2)}),
-        ModelSpec("qwen2-hf-bf16-f32", lambda: CausalLMLogits("Qwen2"), _llama_tokens, _token_loss, torch.bfloat16,
+        ModelSpec("qwen2-hf-bf16-f32", lambda: LMLogits("Qwen2"), _llama_tokens, _token_loss, torch.bfloat16,
                   "transformers' Qwen2ForCausalLM (the Llama's sizes, biased q/k/v projections): bf16 Linear, "
                   "f32 Embedding and RMSNorm, autocast bf16",
                   # As the Llama: one all-gather per decoder layer (12 members).
                   {"unbucketed": (27, 27), "default": (4, 7), "merge_all": (1, 2)}),
-        ModelSpec("mixtral-hf-bf16-f32", lambda: CausalLMLogits("Mixtral", **MIXTRAL_EXPERTS), _llama_tokens,
+        ModelSpec("mixtral-hf-bf16-f32", lambda: LMLogits("Mixtral", **MIXTRAL_EXPERTS), _llama_tokens,
                   _token_loss, torch.bfloat16,
                   "transformers' MixtralForCausalLM (the Llama's sizes, 4 experts, 2 per token): bf16 Linear, "
                   "f32 Embedding, RMSNorm and 3-D expert weights, autocast bf16",
@@ -257,6 +258,15 @@ MODELS = {
                   # with the final norm and the output projection; reduce-scatters per
                   # layer and dtype, the rest listed. merge_all: across the experts.
                   {"unbucketed": (21, 21), "default": (3, 7), "merge_all": (1, 2)}),
+        ModelSpec("bert-mlm-hf-bf16-f32",
+                  lambda: LMLogits("Bert", task="MaskedLM", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+                  _llama_tokens, _token_loss, torch.bfloat16,
+                  "transformers' BertForMaskedLM (the Llama's sizes, post-LN encoder, GELU): bf16 Linear, "
+                  "f32 Embedding and LayerNorm, autocast bf16; one parameter the loss never reaches",
+                  # 44 parameters, 43 read by the forward: the head's own bias is not
+                  # (no gradient either way). Default: embeddings, one per encoder layer,
+                  # the head; reduce-scatters per layer and dtype. merge_all: 1, 2.
+                  {"unbucketed": (43, 43), "default": (4, 7), "merge_all": (1, 2)}),
         ModelSpec("transformer-tied-f32", lambda: Transformer(TIED_TRANSFORMER_ARGS), _tokens, _token_loss, None,
                   "torch's test Transformer in f32 with the output projection tied to the token embedding",
                   # One all-gather for the tied weight (read by the embedding and the

@@ -68,7 +68,8 @@ def train(spec: family.ModelSpec, mesh: DeviceMesh, rank: int, device: str, cust
             loss = spec.loss(out, targets)
             loss.backward()
             if first_grads is None:
-                first_grads = [local_tensor(p.grad).clone() for p in model.parameters()]
+                # None for a parameter the loss does not reach (BERT's pooler under a masked-LM loss).
+                first_grads = [None if p.grad is None else local_tensor(p.grad).clone() for p in model.parameters()]
             optim.step()
             losses.append(loss.detach().clone())
     params = [local_tensor(p).detach().clone() for p in model.parameters()]

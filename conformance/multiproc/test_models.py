@@ -25,10 +25,12 @@ STEPS = 3
 # module plan differs from its default policy's buckets only outside the blocks.
 TWO_RANKS_ONLY = {"transformer-bf16-f32": {"module_buckets"}}
 # For `nox -s conformance` (slow), a minute or two each: more architectures of
-# the registry's `transformers` (the Llama runs in the default session), the
+# the registry's `transformers` (the Llama runs in the default session; BERT
+# has a parameter without a gradient), the
 # tied Transformer (the default session checks its sharding eagerly:
 # tests/test_simple_fsdp.py) and FSDP + TP (HSDP, 2-D too, runs in the default session).
-CONFORMANCE_ONLY = {"qwen2-hf-bf16-f32", "mixtral-hf-bf16-f32", "transformer-tied-f32", "transformer-fsdp-tp-f32"}
+CONFORMANCE_ONLY = {"qwen2-hf-bf16-f32", "mixtral-hf-bf16-f32", "bert-mlm-hf-bf16-f32", "transformer-tied-f32",
+                    "transformer-fsdp-tp-f32"}
 
 
 def _model_params():

@@ -1,0 +1,53 @@
+"""Every rank issues a process group's collectives in one order, whatever its node positions."""
+
+import torch
+
+import bucketing.core as bc
+
+from .conftest import ag, trace
+
+c10d = torch.ops._c10d_functional
+f32 = torch.float32
+
+
+def _two_layers(group_name, late: bool):
+    """Layer 0 gathers p and z, layer 1 gathers q1 and q2. z's input is computed
+    before layer 1's gathers, or (`late`, as on a rank that pads its shard
+    there) after them."""
+
+    def f(p, q1, q2, r):
+        if not late:
+            z = r * 2
+        a = ag(p, group_name)
+        b1 = ag(q1, group_name)
+        b2 = ag(q2, group_name)
+        if late:
+            z = r * 2
+        c = ag(z, group_name)
+        return (a + c) @ torch.ones(8, 8), (b1 + b2) @ torch.ones(8, 8)
+
+    gm = trace(f, *[((2, 8), f32)] * 4)
+    layers = {"all_gather_into_tensor": 0, "all_gather_into_tensor_1": 1, "all_gather_into_tensor_2": 1,
+              "all_gather_into_tensor_3": 0}
+    for node in gm.graph.nodes:
+        if node.name in layers:
+            path = f"L['self'].layers.{layers[node.name]}"
+            node.meta["nn_module_stack"] = {path: (path, torch.nn.Linear)}
+    return gm
+
+
+def _issue_order(gm) -> list[str]:
+    """The merged collectives in graph order, named by their bucket's first member."""
+    plan = bc.bucket_collectives(gm)
+    gm.graph.lint()
+    first = {b.collective: b.members[0] for b in plan.buckets}
+    return [first[n.name] for n in gm.graph.nodes if n.name in first]
+
+
+def test_buckets_issue_in_one_order_whatever_the_positions(group_name):
+    # Layer 0's bucket is ready once z exists; on the "late" rank that is after
+    # layer 1's inputs, and a schedule by position alone issued layer 1 first
+    # there: the two ranks' collectives mismatched.
+    early = _issue_order(_two_layers(group_name, late=False))
+    late = _issue_order(_two_layers(group_name, late=True))
+    assert early == late == ["all_gather_into_tensor", "all_gather_into_tensor_1"]
