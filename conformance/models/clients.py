@@ -44,16 +44,23 @@ class TitanLlama(torch.nn.Module):
         return self.model(tokens, positions)
 
 
-def _titan_shard(model: torch.nn.Module, mesh) -> torch.nn.Module:
-    from torchtitan.experiments.graph_trainer.simple_fsdp import data_parallel
+def _titan_data_parallel(model: torch.nn.Module, mesh, mode: str) -> torch.nn.Module:
+    from torchtitan.experiments.graph_trainer import simple_fsdp
 
-    return data_parallel(model, mesh, "fully_shard")
+    # torchtitan caches the wrapper class per module class, the first call's
+    # parametrization (mesh, placements) in its properties' closure: made for
+    # one model per process. A rank process here shards the same classes in
+    # two modes (fully_shard, then hybrid_shard), so each call starts afresh.
+    simple_fsdp._wrap_class_cache.clear()
+    return simple_fsdp.data_parallel(model, mesh, mode)
+
+
+def _titan_shard(model: torch.nn.Module, mesh) -> torch.nn.Module:
+    return _titan_data_parallel(model, mesh, "fully_shard")
 
 
 def _titan_hsdp(model: torch.nn.Module, mesh) -> torch.nn.Module:
-    from torchtitan.experiments.graph_trainer.simple_fsdp import data_parallel
-
-    return data_parallel(model, mesh, "hybrid_shard")
+    return _titan_data_parallel(model, mesh, "hybrid_shard")
 
 
 def _titan_tokens(rank: int, device: str) -> tuple:
