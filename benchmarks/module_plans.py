@@ -17,7 +17,6 @@ import argparse
 import statistics
 
 import torch
-from torch.distributed.device_mesh import DeviceMesh
 
 from conformance import adapters
 from conformance.models import family
@@ -29,7 +28,7 @@ from conformance.timing import time_in_turns
 def _trainer(spec, mesh, rank: int, custom_pass):
     model = spec.build(mesh, "cpu")
     optim = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
-    inputs, targets = spec.batch(rank if mesh.size() <= 2 else 0, "cpu")
+    inputs, targets = spec.batch_for(mesh, rank, "cpu")
     compiled = torch.compile(model)
     recorder = Recorder(custom_pass)
 
@@ -48,7 +47,7 @@ def _trainer(spec, mesh, rank: int, custom_pass):
 def bench_model(ctx, model_id: str, steps: int) -> list[dict]:
     """Rank task: every variant of one model; returns rows (rank 0's are reported)."""
     spec = family.get(model_id)
-    mesh = DeviceMesh("cpu", list(range(ctx.world_size)))
+    mesh = spec.mesh("cpu", ctx.world_size)
     plan = spec.module_plan
     ours, torch_manual = adapters.load("project"), adapters.load("torch-manual")
     variants = {

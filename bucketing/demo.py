@@ -115,12 +115,10 @@ def _workload(args, rank: int, world: int, group, device: str):
         gen = torch.Generator().manual_seed(100 + rank)
         x = torch.randn(args.batch, args.dim, generator=gen).to(device)
         return model, loss_fn, (model, x, group)
-    from torch.distributed.device_mesh import DeviceMesh
-
     from conformance.models import family
 
     spec = family.get(TRANSFORMER)
-    model = spec.build(DeviceMesh(device, list(range(world))), device)
+    model = spec.build(spec.mesh(device, world), device)
     tokens, targets = spec.batch(rank, device)
 
     def transformer_loss(model, tokens, targets):

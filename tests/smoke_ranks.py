@@ -117,14 +117,13 @@ def tied_sharding(ctx):
     """simple_fsdp on torch's Transformer with its output tied to the token
     embedding: whether the two modules still share one parameter, the parameter
     counts before and after, and the tied weight's gradient after one eager step."""
-    from torch.distributed.device_mesh import DeviceMesh
     from torch.testing._internal.distributed._tensor.common_dtensor import Transformer
 
     from conformance.models import family
 
     spec = family.get("transformer-tied-f32")
     plain = Transformer(family.TIED_TRANSFORMER_ARGS)
-    model = spec.build(DeviceMesh(ctx.device, list(range(ctx.world_size))), ctx.device)
+    model = spec.build(spec.mesh(ctx.device, ctx.world_size), ctx.device)
     tokens, targets = spec.batch(ctx.rank, ctx.device)
     spec.loss(model(tokens), targets).backward()
     tied = model.tok_embeddings._parameters["weight"]

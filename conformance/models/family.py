@@ -60,6 +60,17 @@ class ModelSpec:
             return DeviceMesh(device, list(range(world_size)))
         return DeviceMesh(device, torch.arange(world_size).view(self.mesh_shape), mesh_dim_names=self.mesh_dim_names)
 
+    def batch_for(self, mesh, rank: int, device: str) -> tuple:
+        """The batch `rank` trains on. Reductions over two ranks (every mesh dim
+        of size 2 at most): each data-parallel rank its own batch (a sum of two is
+        exact in any order). Over more ranks a merged reduce-scatter sums in
+        another ring order than the unbucketed one, so every rank trains on the
+        same batch; the reductions then add equal values, which any order rounds
+        alike. Tensor-parallel ranks compute on one batch: it follows the dp rank."""
+        if max(mesh.shape) > 2:
+            return self.batch(0, device)
+        return self.batch(mesh.get_local_rank("dp") if "tp" in (mesh.mesh_dim_names or ()) else rank, device)
+
     def build(self, mesh, device: str) -> torch.nn.Module:
         torch.manual_seed(0)  # the same full weights on every rank; each keeps its shard
         return self.shard(self.make().to(device), mesh)

@@ -49,14 +49,7 @@ def train(spec: family.ModelSpec, mesh: DeviceMesh, rank: int, device: str, cust
     torch._dynamo.reset()
     model = spec.build(mesh, device)
     optim = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
-    # Reductions over two ranks (every mesh dim of size 2 at most): each rank
-    # its own batch (a sum of two is exact in any order). Over more ranks a
-    # merged reduce-scatter sums in another ring order than the unbucketed one,
-    # so every rank trains on the same batch; the reductions then add equal
-    # values, which any order rounds alike.
-    # Tensor-parallel ranks compute on one batch: the batch follows the data-parallel rank.
-    batch_index = mesh.get_local_rank("dp") if "tp" in (mesh.mesh_dim_names or ()) else rank
-    inputs, targets = spec.batch(batch_index if max(mesh.shape) <= 2 else 0, device)
+    inputs, targets = spec.batch_for(mesh, rank, device)
     recorder = Recorder(custom_pass)
     compiled = torch.compile(model)
     losses, first_grads = [], None
@@ -68,7 +61,7 @@ def train(spec: family.ModelSpec, mesh: DeviceMesh, rank: int, device: str, cust
             loss = spec.loss(out, targets)
             loss.backward()
             if first_grads is None:
-                # None for a parameter the loss does not reach (BERT's pooler under a masked-LM loss).
+                # None for a parameter the loss does not reach (BERT's masked-LM head bias).
                 first_grads = [None if p.grad is None else local_tensor(p.grad).clone() for p in model.parameters()]
             optim.step()
             losses.append(loss.detach().clone())
