@@ -18,19 +18,20 @@ from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_file
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import cost, issue_order, lowering, memory, ordering, report, schedule
+from .checkpoint import GraphCheckpoint, RestoreFailed
 from .collectives import find_collectives
 from .options import BucketingOptions, make_options
 from .planning import plan_buckets
 from .report import BucketReport, Plan  # noqa: F401  (re-exported)
-from .rewrite import MetaEvaluator, emit_bucket, replace_members
+from .rewrite import MetaEvaluator, emit_bucket, erase_replaced, replace_members
 
 log = logging.getLogger("bucketing")
 
 # The modules the pass runs: their source is the pass's cache key (with the
 # options), so editing the demo or the docs leaves users' FX graph caches valid.
 PASS_MODULES = (
-    "__init__", "collectives", "core", "cost", "effects", "issue_order", "kinds", "layout", "locality", "lowering",
-    "memory", "modules", "ops", "options", "ordering", "planning", "records", "report", "rewrite", "schedule",
+    "__init__", "checkpoint", "collectives", "core", "cost", "effects", "issue_order", "kinds", "layout", "locality",
+    "lowering", "memory", "modules", "ops", "options", "ordering", "planning", "records", "report", "rewrite", "schedule",
 )
 _SOURCE_FILES = tuple(os.path.join(os.path.dirname(__file__), f"{name}.py") for name in PASS_MODULES)
 
@@ -72,18 +73,31 @@ def _plan_and_rewrite(graph: fx.Graph, opts: BucketingOptions) -> Plan:
     skipped += planned.over_cap + planned.alone()
     if not planned.merged:
         return Plan([], skipped, time.perf_counter() - start)
+    checkpoint = GraphCheckpoint(graph)
+    try:
+        reports = _rewrite(graph, planned, opts, skipped)
+    except Exception:
+        checkpoint.restore(graph)
+        raise
+    return Plan(reports, skipped, time.perf_counter() - start)
+
+
+def _rewrite(graph: fx.Graph, planned, opts: BucketingOptions, skipped: list) -> list:
+    """Rewrite the planned buckets and return their reports. Until the last
+    step nothing is erased, so a failure anywhere can be undone (checkpoint)."""
     units = issue_order.units_in_order(graph, planned.buckets)  # read before any new node
     snapshot = ordering.GraphSnapshot(graph)  # positions before any new node
     emitted = _emit(graph, planned.merged, opts, skipped)
     if not emitted:
-        return Plan([], skipped, time.perf_counter() - start)
+        return []
     issue_at = schedule.issue_positions([e.bucket for e in emitted], planned.whens)
-    replace_members(graph, emitted)
+    replaced = replace_members(emitted)
     merged = {m.node: e.collective for e in emitted for m in e.bucket.members}
     ordering.place(graph, snapshot, emitted, issue_at, issue_order.chains(units, merged))
-    reports = _describe(graph, emitted, planned.whens, issue_at, opts)
+    reports = _describe(graph, emitted, planned.whens, issue_at, opts, set(replaced))
     graph.lint()
-    return Plan(reports, skipped, time.perf_counter() - start)
+    erase_replaced(graph, replaced)
+    return reports
 
 
 def _emit(graph: fx.Graph, buckets: list, opts: BucketingOptions, skipped: list) -> list:
@@ -101,13 +115,15 @@ def _emit(graph: fx.Graph, buckets: list, opts: BucketingOptions, skipped: list)
     return emitted
 
 
-def _describe(graph: fx.Graph, emitted: list, whens: dict, issue_at: dict, opts: BucketingOptions) -> list:
-    """The bucket reports; the cross-rank plan check goes in before positions are taken."""
+def _describe(graph: fx.Graph, emitted: list, whens: dict, issue_at: dict, opts: BucketingOptions,
+              replaced: set) -> list:
+    """The bucket reports; the cross-rank plan check goes in before positions
+    are taken, which skip the `replaced` nodes about to be erased."""
     reports = [report.describe(e, memory.extra_peak_bytes(e.bucket, whens, issue_at[id(e.bucket)], opts.copy_out))
                for e in emitted]
     if opts.verify_plan_across_ranks:
         _insert_plan_check(graph, reports)
-    bucketed = cost.Timeline(graph)
+    bucketed = cost.Timeline(graph, skip=replaced)
     return [report.locate(r, e, bucketed) for r, e in zip(reports, emitted)]
 
 
@@ -139,6 +155,9 @@ class BucketingPass(CustomGraphPass):
     def __call__(self, graph: fx.Graph) -> None:
         try:
             self.last_plan = _apply(graph, self.options)
+        except RestoreFailed:
+            log.exception("bucketing: pass failed and the graph could not be put back")
+            raise  # the compile would fail later on a half-rewritten graph, less clearly
         except Exception:
             log.exception("bucketing: pass failed; graph left as it was")
 

@@ -47,11 +47,11 @@ def node_flops(node: fx.Node) -> float:
 class Timeline:
     """Node positions and the estimated FLOPs of the compute before each position."""
 
-    def __init__(self, graph: fx.Graph):
+    def __init__(self, graph: fx.Graph, skip: set = frozenset()):
         self.position: dict[fx.Node, int] = {}
         self.flops_before: list[float] = []
         total = 0.0
-        for i, node in enumerate(graph.nodes):
+        for i, node in enumerate(n for n in graph.nodes if n not in skip):
             self.position[node] = i
             self.flops_before.append(total)
             total += node_flops(node)

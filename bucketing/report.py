@@ -106,7 +106,8 @@ def locate(report: BucketReport, emitted, timeline) -> BucketReport:
     """`report` with its positions in the graph `timeline` was taken of (the bucketed one)."""
     pos = timeline.position
     issued = pos[emitted.collective]
-    uses = [pos[u] for out in emitted.outputs if out is not None for u in out.users]
+    # Users the timeline skips are replaced members about to be erased.
+    uses = [pos[u] for out in emitted.outputs if out is not None for u in out.users if u in pos]
     if not uses:  # no member is read: the wait is the last use
         uses = [pos[n] for n in emitted.wait_nodes]
     first_use = min(uses)

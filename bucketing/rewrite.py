@@ -369,13 +369,22 @@ def _split_outputs(graph, meta, created, flat_result, members, numels, shapes,
     return outputs, []
 
 
-def replace_members(graph: fx.Graph, emitted: list[EmittedBucket]) -> None:
-    """Point every user of a member's wait at its copy-out; drop the old nodes."""
+def replace_members(emitted: list[EmittedBucket]) -> list[fx.Node]:
+    """Point every user of a member's wait at its copy-out; return the nodes
+    that are then dead, in an order to erase them (erase_replaced). They stay
+    in the graph until then, so a failure up to that point can still put the
+    graph back as it was (checkpoint)."""
+    replaced = []
     for e in emitted:
         for m, out in zip(e.bucket.members, e.outputs):
             if out is not None:
                 m.wait.replace_all_uses_with(out)
-            graph.erase_node(m.wait)
-            graph.erase_node(m.node)
-            if m.cast_source is not None and not m.input.users:
-                graph.erase_node(m.input)
+            replaced += [m.wait, m.node]
+            if m.cast_source is not None and set(m.input.users) <= {m.node}:
+                replaced.append(m.input)  # a fused cast nothing else reads
+    return replaced
+
+
+def erase_replaced(graph: fx.Graph, replaced: list[fx.Node]) -> None:
+    for node in replaced:
+        graph.erase_node(node)

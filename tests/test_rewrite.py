@@ -1,6 +1,9 @@
 """Rewriting with a fake process group: graph shape, lint, order, idempotence."""
 
+import importlib
+
 import expecttest
+import pytest
 import torch
 
 import bucketing.core as bc
@@ -190,6 +193,79 @@ def test_pass_never_raises_into_a_compile(group_name, monkeypatch, caplog):
     bc.BucketingPass()(gm.graph)
     assert gm.code == code
     assert "pass failed" in caplog.text
+
+
+def _graph_state(gm):
+    """Every node as the compile would see it: object, name, op, target, inputs, in order."""
+    return [(n, n.name, n.op, n.target, n.args, n.kwargs) for n in gm.graph.nodes]
+
+
+# Each step of the rewrite after the first new node, made to fail once its
+# changes are made. The members' casts are fused (the cast nodes go too on
+# success), one bucket depends on another's result, and the plan check is
+# inserted: every kind of change the rewrite makes is in flight when it fails.
+_REWRITE_STEPS = {
+    "replace": "bucketing.core.replace_members",
+    "place": "bucketing.ordering.place",
+    "reorder": "bucketing.ordering.reorder",
+    "describe": "bucketing.report.locate",
+    "lint": "torch.fx.Graph.lint",
+}
+
+
+@pytest.mark.parametrize("step", sorted(_REWRITE_STEPS))
+def test_failed_rewrite_leaves_the_graph_as_it_was(group_name, monkeypatch, caplog, step):
+    def f(w, n, b):
+        x = ag(w.to(bf16), group_name) * 2
+        y = ag(n, group_name)
+        # A second bucket, whose inputs depend on the first bucket's results.
+        z = ag((x.float() + b.sum()).to(bf16), group_name)
+        v = ag(y + 1, group_name)
+        return x, y, z, v, ag(b, group_name)
+
+    gm = trace(f, ((5,), f32), ((3,), f32), ((4,), f32))
+    code, state = gm.code, _graph_state(gm)
+    module_name, _, attr = _REWRITE_STEPS[step].rpartition(".")
+    owner = torch.fx.Graph if module_name == "torch.fx.Graph" else importlib.import_module(module_name)
+    real = getattr(owner, attr)
+    calls = []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        real(*args, **kwargs)  # the step's changes happen, then it fails
+        raise RuntimeError(f"{step} failed")
+
+    monkeypatch.setattr(owner, attr, failing)
+    bc.BucketingPass(policy="merge_all", verify_plan_across_ranks=True)(gm.graph)
+    with pytest.raises(RuntimeError, match=f"{step} failed"):
+        bc.bucket_collectives(gm, policy="merge_all")
+    monkeypatch.setattr(owner, attr, real)
+    assert len(calls) == 2
+    assert "pass failed; graph left as it was" in caplog.text and f"{step} failed" in caplog.text
+    assert _graph_state(gm) == state
+    gm.graph.lint()
+    gm.recompile()
+    assert gm.code == code
+    assert len(bc.bucket_collectives(gm, policy="merge_all").buckets) == 2  # and it still buckets afterwards
+
+
+def test_a_graph_that_cannot_be_put_back_fails_the_compile_loudly(group_name, monkeypatch, caplog):
+    """If an original node is gone, the graph cannot be restored: the pass says so and
+    raises, rather than hand Inductor a half-rewritten graph under a "left as it was" line."""
+    import bucketing.checkpoint
+
+    gm = trace(lambda *xs: tuple(ag(x, group_name) for x in xs), ((3,), f32), ((5,), f32))
+    real = bc.replace_members
+
+    def erase_then_fail(emitted):
+        replaced = real(emitted)
+        gm.graph.erase_node(replaced[0])  # a member's wait, which nothing uses any more
+        raise RuntimeError("replace failed")
+
+    monkeypatch.setattr(bc, "replace_members", erase_then_fail)
+    with pytest.raises(bucketing.checkpoint.RestoreFailed, match="wait_tensor"):
+        bc.BucketingPass()(gm.graph)
+    assert "could not be put back" in caplog.text
 
 
 def test_torch_style_drop_in_functions(group_name):
