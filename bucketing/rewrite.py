@@ -124,16 +124,18 @@ def emit_bucket(graph: fx.Graph, bucket: Bucket, meta: MetaEvaluator, alignment:
             "all_reduce": _emit_all_reduce,
         }[bucket.kind]
         emitted = emit(graph, bucket, meta, alignment, copy_out, created)
+        # The bucket's nodes point at its first member's code; each member's own
+        # output at that member's wait.
+        copy_provenance(bucket.members[0].node, created)
+        for m, out in zip(bucket.members, emitted.outputs):
+            if out is not None:
+                copy_provenance(m.wait, [out])
     except Exception:
+        # A bucket left unmerged leaves no node behind (a dangling wait would
+        # still run its collective).
         for node in reversed(created):
             graph.erase_node(node)
         raise
-    # The bucket's nodes point at its first member's code; each member's own
-    # output at that member's wait.
-    copy_provenance(bucket.members[0].node, created)
-    for m, out in zip(bucket.members, emitted.outputs):
-        if out is not None:
-            copy_provenance(m.wait, [out])
     return emitted
 
 

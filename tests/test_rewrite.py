@@ -249,6 +249,30 @@ def test_failed_rewrite_leaves_the_graph_as_it_was(group_name, monkeypatch, capl
     assert len(bc.bucket_collectives(gm, policy="merge_all").buckets) == 2  # and it still buckets afterwards
 
 
+def test_a_bucket_that_fails_to_build_leaves_no_node_behind(group_name, monkeypatch):
+    """Its members stay as they were, with the reason; the other bucket still merges."""
+    import bucketing.rewrite
+
+    real = bucketing.rewrite.copy_provenance
+
+    def fail_for_reductions(source, nodes):
+        if source.target is c10d.reduce_scatter_tensor.default:
+            raise RuntimeError("provenance exploded")
+        real(source, nodes)
+
+    monkeypatch.setattr(bucketing.rewrite, "copy_provenance", fail_for_reductions)
+    gm = trace(lambda a, b, c, d: (ag(a, group_name), ag(b, group_name), rs(c, group_name), rs(d, group_name)),
+               ((3,), f32), ((5,), f32), ((8,), f32), ((4,), f32))
+    plan = bc.bucket_collectives(gm)
+    assert [b.kind for b in plan.buckets] == ["all_gather"]
+    assert sorted(s.reason for s in plan.skipped) == ["rewrite failed: provenance exploded"] * 2
+    assert count(gm, c10d.reduce_scatter_tensor.default) == 2
+    assert count(gm, c10d.wait_tensor.default) == 3  # the two reductions' and the all-gather bucket's
+    assert count(gm, torch.ops.bucketing_ops.all_gather_copy_in.default) == 1
+    effects = (c10d.wait_tensor.default, torch.ops.bucketing_ops.copy_out_into.default)
+    assert all(n.users or n.op == "output" or n.target in effects for n in gm.graph.nodes)
+
+
 def test_a_graph_that_cannot_be_put_back_fails_the_compile_loudly(group_name, monkeypatch, caplog):
     """If an original node is gone, the graph cannot be restored: the pass says so and
     raises, rather than hand Inductor a half-rewritten graph under a "left as it was" line."""
