@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch.fx as fx
 
+from . import ordering
+
 
 class RestoreFailed(RuntimeError):
     pass
@@ -27,7 +29,8 @@ class GraphCheckpoint:
         """Put `graph` back as it was; raises RestoreFailed where it cannot
         (an original node was erased)."""
         present = list(graph.nodes)
-        missing = [n.name for n in self.order if n not in set(present)]
+        in_graph = set(present)
+        missing = [n.name for n in self.order if n not in in_graph]
         if missing:
             raise RestoreFailed(f"bucketing: cannot restore the graph, nodes were erased: {missing[:5]}")
         for node in present:
@@ -50,12 +53,4 @@ class GraphCheckpoint:
             if len(left) == len(pending):
                 raise RestoreFailed(f"bucketing: cannot restore the graph, new nodes still in use: {left[0].name}")
             pending = left
-        if not self.order:
-            return
-        prev = self.order[0]
-        if next(iter(graph.nodes)) is not prev:
-            next(iter(graph.nodes)).prepend(prev)
-        for node in self.order[1:]:
-            if prev.next is not node:
-                prev.append(node)
-            prev = node
+        ordering.move_into(graph, self.order)

@@ -162,8 +162,14 @@ def reorder(
                 heapq.heappush(ready, (priority[succ], tiebreak[succ], succ))
     if len(order) != len(nodes):
         raise RuntimeError("bucketing: rewritten graph has a cycle (planning bug)")
+    move_into(graph, order)
 
-    first = nodes[0]
+
+def move_into(graph: fx.Graph, order: list[fx.Node]) -> None:
+    """Move the nodes of `graph` (all of them, each once in `order`) into `order`."""
+    if not order:
+        return
+    first = next(iter(graph.nodes))
     if order[0] is not first:
         first.prepend(order[0])
     prev = order[0]
