@@ -118,8 +118,9 @@ def _workload(args, rank: int, world: int, group, device: str):
     from conformance.models import family
 
     spec = family.get(TRANSFORMER)
-    model = spec.build(spec.mesh(device, world), device)
-    tokens, targets = spec.batch(rank, device)
+    mesh = spec.mesh(device, world)
+    model = spec.build(mesh, device)
+    tokens, targets = spec.batch_for(mesh, rank, device)
 
     def transformer_loss(model, tokens, targets):
         with spec.autocast(device):
