@@ -1,4 +1,15 @@
-"""Find the functional collectives of a post-grad graph that can be bucketed.
+"""The collectives the pass merges: their kinds, the nodes that constrain them, and which can be bucketed.
+
+Each kind says which `_c10d_functional` op it is, where the op keeps its
+group and reduce op, whether its bucket key may drop the dtype (all-gathers
+move bytes, so a multi-dtype bucket can carry them; reductions must add
+values of one dtype), and how big its result is.
+
+Nodes with side effects (mutations, effect tokens) are barriers: everything
+before one stays before it. Seeded random ops keep their order among
+themselves; issuing or waiting a collective never touches the random state,
+so they are no barrier to a bucket (attention carries the tag even without
+dropout).
 
 A candidate is a `_c10d_functional` all-gather, reduce-scatter or all-reduce
 whose only user is one `wait_tensor`, with a static-shaped input and a group
@@ -9,16 +20,97 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import torch
 import torch.fx as fx
 
-from . import kinds, modules
-from .records import Skipped
+from . import modules
 
 c10d = torch.ops._c10d_functional
 aten = torch.ops.aten
 prims = torch.ops.prims
+WAIT = c10d.wait_tensor.default
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    name: str  # "all_gather" | "reduce_scatter" | "all_reduce"
+    target: torch._ops.OpOverload
+    # (group size, group name, reduce op) from the op's positional arguments after
+    # the input; all-reduce has no size (0) and all-gather no reduce op (None).
+    read_args: Callable[[tuple], tuple[object, object, object]]
+    mixes_dtypes: bool  # may a multi-dtype bucket merge different dtypes?
+    output_factor: Callable[[int, int], int]  # (input bytes, group size) -> result bytes
+
+    def output_bytes(self, input_bytes: int, group_size: int) -> int:
+        return self.output_factor(input_bytes, group_size)
+
+    def payload_bytes(self, input_bytes: int, group_size: int) -> int:
+        """The larger side, which bucket caps count: gathered output, scattered input, reduced tensor."""
+        return max(input_bytes, self.output_bytes(input_bytes, group_size))
+
+
+ALL_GATHER = Kind("all_gather", c10d.all_gather_into_tensor.default,
+                  lambda a: (a[1], a[2], None), True, lambda b, w: b * w)
+REDUCE_SCATTER = Kind("reduce_scatter", c10d.reduce_scatter_tensor.default,
+                      lambda a: (a[2], a[3], a[1]), False, lambda b, w: b // max(w, 1))
+ALL_REDUCE = Kind("all_reduce", c10d.all_reduce.default,
+                  lambda a: (0, a[2], a[1]), False, lambda b, w: b)
+
+KINDS = (ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE)
+NAMES = tuple(k.name for k in KINDS)
+BY_NAME = {k.name: k for k in KINDS}
+BY_TARGET = {k.target: k for k in KINDS}
+
+
+def count_collectives(graph: fx.Graph) -> dict[str, int]:
+    """Collectives per kind name, every kind present (0 when none)."""
+    counts = dict.fromkeys(NAMES, 0)
+    for node in graph.nodes:
+        kind = BY_TARGET.get(node.target)
+        if kind is not None:
+            counts[kind.name] += 1
+    return counts
+
+
+def group_of(node: fx.Node) -> str | None:
+    """The process group a functional collective is issued on; None for any other node."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "_c10d_functional" or target is WAIT:
+        return None
+    for i, arg in enumerate(target._schema.arguments):
+        if arg.name == "group_name":
+            value = node.kwargs.get("group_name", node.args[i] if i < len(node.args) else None)
+            return value if isinstance(value, str) else None
+    return None
+
+
+def is_barrier(node: fx.Node) -> bool:
+    """Mutation or effect token: nothing may move across it."""
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.is_mutable
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return target.name() == "with_effects"
+    return False
+
+
+def is_seeded(node: fx.Node) -> bool:
+    """Draws from the random state: such nodes keep their order among themselves."""
+    target = node.target
+    return (node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
+            and torch.Tag.nondeterministic_seeded in target.tags)
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """A collective left as it was, and why."""
+
+    node_name: str
+    reason: str
 
 
 @dataclasses.dataclass
@@ -104,7 +196,7 @@ def find_collectives(
     for node in graph.nodes:
         if node.op != "call_function":
             continue
-        kind = kinds.BY_TARGET.get(node.target)
+        kind = BY_TARGET.get(node.target)
         if kind is None or kind.name not in selected:
             continue
         record, reason = _describe(node, kind, fuse_casts)
@@ -115,7 +207,7 @@ def find_collectives(
     return found, skipped
 
 
-def _describe(node: fx.Node, kind: kinds.Kind, fuse_casts: bool) -> tuple[Collective | None, str]:
+def _describe(node: fx.Node, kind: Kind, fuse_casts: bool) -> tuple[Collective | None, str]:
     inp = node.args[0]
     if not isinstance(inp, fx.Node):
         return None, "input is not a graph node"
@@ -135,13 +227,13 @@ def _describe(node: fx.Node, kind: kinds.Kind, fuse_casts: bool) -> tuple[Collec
         return None, "input has no static shape in meta['val'] (dynamic or missing)"
     if val.dtype.is_complex and not kind.mixes_dtypes:
         return None, "complex reductions are left as they are"
-    if kind is kinds.ALL_GATHER and not shape:
+    if kind is ALL_GATHER and not shape:
         return None, "0-d all-gather input"
-    if kind is kinds.REDUCE_SCATTER and (not shape or group_size < 1 or shape[0] % group_size):
+    if kind is REDUCE_SCATTER and (not shape or group_size < 1 or shape[0] % group_size):
         return None, "reduce-scatter input dim 0 is not divisible by the group size"
     nbytes = kind.payload_bytes(math.prod(shape) * val.dtype.itemsize, group_size)
     cast_source = None
-    if kind is kinds.ALL_GATHER and fuse_casts:
+    if kind is ALL_GATHER and fuse_casts:
         cast_source = _fusable_cast_source(inp, node)
     record = Collective(
         kind=kind.name,

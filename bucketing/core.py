@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import itertools
 import logging
-import os
+import pathlib
 import time
 
 import torch
@@ -17,23 +17,20 @@ import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from . import cost, issue_order, lowering, memory, ordering, report, schedule
+from . import lowering, memory, ordering, report
 from .checkpoint import GraphCheckpoint, RestoreFailed
 from .collectives import find_collectives
 from .options import BucketingOptions, make_options
-from .planning import plan_buckets
+from .planning import PlannedBuckets, plan_buckets
 from .report import BucketReport, Plan  # noqa: F401  (re-exported)
 from .rewrite import MetaEvaluator, emit_bucket, erase_replaced, replace_members
+from .timeline import Timeline
 
 log = logging.getLogger("bucketing")
 
-# The modules the pass runs: their source is the pass's cache key (with the
-# options), so editing the demo or the docs leaves users' FX graph caches valid.
-PASS_MODULES = (
-    "__init__", "checkpoint", "collectives", "core", "cost", "effects", "issue_order", "kinds", "layout", "locality",
-    "lowering", "memory", "modules", "ops", "options", "ordering", "planning", "records", "report", "rewrite", "schedule",
-)
-_SOURCE_FILES = tuple(os.path.join(os.path.dirname(__file__), f"{name}.py") for name in PASS_MODULES)
+# The pass's cache key (with the options) hashes every source file of the
+# package: the package holds the pass and nothing else.
+SOURCE_FILES = tuple(sorted(str(p) for p in pathlib.Path(__file__).parent.glob("*.py")))
 
 
 def bucket_collectives(gm: fx.GraphModule | fx.Graph, **options) -> Plan:
@@ -51,7 +48,7 @@ def explain(plan_or_gm, **options) -> str:
     graph module (planned on a copy: `plan_or_gm` is left as it was)."""
     if not isinstance(plan_or_gm, Plan):
         plan_or_gm = bucket_collectives(copy.deepcopy(plan_or_gm), **options)
-    return report.explain(plan_or_gm)
+    return str(plan_or_gm)
 
 
 def _apply(graph: fx.Graph, opts: BucketingOptions) -> Plan:
@@ -82,19 +79,18 @@ def _plan_and_rewrite(graph: fx.Graph, opts: BucketingOptions) -> Plan:
     return Plan(reports, skipped, time.perf_counter() - start)
 
 
-def _rewrite(graph: fx.Graph, planned, opts: BucketingOptions, skipped: list) -> list:
+def _rewrite(graph: fx.Graph, planned: PlannedBuckets, opts: BucketingOptions, skipped: list) -> list:
     """Rewrite the planned buckets and return their reports. Until the last
-    step nothing is erased, so a failure anywhere can be undone (checkpoint)."""
-    units = issue_order.units_in_order(graph, planned.buckets)  # read before any new node
-    snapshot = ordering.GraphSnapshot(graph)  # positions before any new node
+    step nothing is erased, so a failure anywhere can be undone (checkpoint).
+    Positions are planning's timeline, taken before any new node."""
+    units = ordering.units_in_order(planned.timeline, planned.buckets)
     emitted = _emit(graph, planned.merged, opts, skipped)
     if not emitted:
         return []
-    issue_at = schedule.issue_positions([e.bucket for e in emitted], planned.whens)
     replaced = replace_members(emitted)
     merged = {m.node: e.collective for e in emitted for m in e.bucket.members}
-    ordering.place(graph, snapshot, emitted, issue_at, issue_order.chains(units, merged))
-    reports = _describe(graph, emitted, planned.whens, issue_at, opts, set(replaced))
+    ordering.place(graph, planned.timeline, emitted, planned.issue_at, ordering.chains(units, merged))
+    reports = _describe(graph, emitted, planned, opts, set(replaced))
     graph.lint()
     erase_replaced(graph, replaced)
     return reports
@@ -103,27 +99,30 @@ def _rewrite(graph: fx.Graph, planned, opts: BucketingOptions, skipped: list) ->
 def _emit(graph: fx.Graph, buckets: list, opts: BucketingOptions, skipped: list) -> list:
     """Emit each bucket's nodes; a bucket that cannot be built stays as it was, with why."""
     meta = MetaEvaluator(graph)
+    # How members leave a bucket, decided once for the graph's device.
+    device = buckets[0].members[0].node.meta["val"].device
+    copy_out = lowering.copy_out_mode(device, opts.copy_out, opts.lower_copy_out)
     emitted = []
     for bucket in buckets:
         try:
-            emitted.append(emit_bucket(graph, bucket, meta, opts.alignment_bytes, opts.copy_out,
-                                       opts.lower_copy_out))
-            lowering.mark(emitted[-1].wait_nodes, opts.lower_copy_out)
+            emitted.append(emit_bucket(graph, bucket, meta, opts.alignment_bytes, copy_out))
         except Exception as exc:
             log.warning("bucketing: left bucket %s unmerged: %s: %s", bucket.index, type(exc).__name__, exc)
             skipped.extend(report.skipped_members(bucket, f"rewrite failed: {exc}"))
+    lowering.mark([n for e in emitted for n in e.wait_nodes], opts.lower_copy_out)
     return emitted
 
 
-def _describe(graph: fx.Graph, emitted: list, whens: dict, issue_at: dict, opts: BucketingOptions,
+def _describe(graph: fx.Graph, emitted: list, planned: PlannedBuckets, opts: BucketingOptions,
               replaced: set) -> list:
     """The bucket reports; the cross-rank plan check goes in before positions
     are taken, which skip the `replaced` nodes about to be erased."""
-    reports = [report.describe(e, memory.extra_peak_bytes(e.bucket, whens, issue_at[id(e.bucket)], opts.copy_out))
+    reports = [report.describe(e, memory.extra_peak_bytes(e.bucket, planned.whens, planned.issue_at[id(e.bucket)],
+                                                          opts.copy_out))
                for e in emitted]
     if opts.verify_plan_across_ranks:
         _insert_plan_check(graph, reports)
-    bucketed = cost.Timeline(graph, skip=replaced)
+    bucketed = Timeline(graph, skip=replaced)
     return [report.locate(r, e, bucketed) for r, e in zip(reports, emitted)]
 
 
@@ -162,7 +161,7 @@ class BucketingPass(CustomGraphPass):
             log.exception("bucketing: pass failed; graph left as it was")
 
     def uuid(self) -> str:
-        return get_hash_for_files(_SOURCE_FILES, extra=self.options.fingerprint()).hex()
+        return get_hash_for_files(SOURCE_FILES, extra=self.options.fingerprint()).hex()
 
 
 # Drop-in replacements for torch._inductor.fx_passes.bucketing's entry points.

@@ -1,6 +1,6 @@
 """Inductor lowering of the copy-out: one foreach copy per bucket, fused with nothing.
 
-Where it is not meant to apply (the CPU by default: `expected_at`), the
+Where it is not meant to apply (the CPU by default: `copy_out_mode`), the
 rewrite emits the members as graph allocations filled by one op
 (copy_out_into); where it cannot apply, the copy-out is an opaque op (ops.py)
 that Inductor calls as a fallback. Lowered, each member becomes an Inductor
@@ -67,17 +67,19 @@ def mark(nodes, where: str) -> None:
             node.meta[WHERE] = where
 
 
-def expected_at(device: torch.device, where: str) -> bool:
-    """Whether a copy-out on `device` is meant to be lowered (`where`: options.lower_copy_out).
+def copy_out_mode(device: torch.device, copy_out: str, where: str) -> str:
+    """The copy-out the rewrite emits for a graph on `device` (options.copy_out,
+    `where`: options.lower_copy_out).
 
-    Decided when the graph is rewritten, where only the device is known: "gpu"
-    means any device but the CPU, whose Inductor code has no foreach kernels.
-    A device whose backend lacks them keeps the op at lowering time
-    (_lowered_here), which is correct, only slower.
+    "copy" is kept where the copy-out is meant to be lowered; elsewhere it
+    becomes "into" (members the graph allocates, filled in place by one op).
+    Decided once per graph, where only the device is known: "gpu" means any
+    device but the CPU, whose Inductor code has no foreach kernels. A device
+    whose backend lacks them keeps the op at lowering time (_lowered_here),
+    which is correct, only slower.
     """
-    if where == "gpu":
-        return device.type != "cpu"
-    return where == "always"
+    lowered = device.type != "cpu" if where == "gpu" else where == "always"
+    return "into" if copy_out == "copy" and not lowered else copy_out
 
 
 def _lowered_here(device) -> bool:

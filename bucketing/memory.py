@@ -13,8 +13,10 @@ import math
 import torch
 import torch.fx as fx
 
+from .collectives import WAIT
+from .ordering import issue_positions
 from .records import Bucket
-from .schedule import issue_positions
+from .timeline import Timeline
 
 # Merging adds at most this many times the merged bytes at any point (inputs
 # and results held longer, one packed copy); the sweep is skipped when even that fits.
@@ -76,13 +78,13 @@ def extra_peak_bytes(bucket: Bucket, whens: dict, issue: int, copy_out: str = "c
     return peak_of(bucket_extra_intervals(bucket, whens, issue, copy_out))
 
 
-def split_to_budget(buckets: list[Bucket], whens: dict, graph: fx.Graph, budget: float,
+def split_to_budget(buckets: list[Bucket], whens: dict, timeline: Timeline, budget: float,
                     copy_out: str = "copy") -> list[Bucket]:
     """The buckets, halved where needed so the estimated peak stays within `budget` bytes of the unbucketed one."""
     merged_bytes = sum(b.nbytes for b in buckets if len(b.members) > 1 and not b.explicit)
     if MAX_GROWTH_PER_MERGED_BYTE * merged_bytes <= budget:
         return buckets
-    return split_for_memory(buckets, whens, live_bytes(graph), budget, copy_out)
+    return split_for_memory(buckets, whens, live_bytes(timeline), budget, copy_out)
 
 
 def split_for_memory(buckets: list, whens: dict, base_live: list[int], budget: float,
@@ -132,28 +134,27 @@ def halve(bucket, why: str) -> list:
     return [bucket.part(members[:cut], why), bucket.part(members[cut:], why)]
 
 
-def live_bytes(graph: fx.Graph) -> list[int]:
-    """Live tensor bytes at each node position.
+def live_bytes(timeline: Timeline) -> list[int]:
+    """Live tensor bytes at each position of `timeline`.
 
     A tensor is allocated by the node that makes it and lives until the last
     user of it or of any view of it (views, including a collective's wait, add
     no bytes). An op returning several tensors counts each at its `getitem`,
-    so each is freed on its own. Graph inputs are not counted. A coarse estimate, the same for
-    every variant, good enough to compare plans of one graph.
+    so each is freed on its own. Graph inputs are not counted. A coarse
+    estimate, the same for every variant, good enough to compare plans of one graph.
     """
-    order: dict[fx.Node, int] = {}
+    nodes, order = timeline.nodes, timeline.position
     owner: dict[fx.Node, fx.Node] = {}
     last_use: dict[fx.Node, int] = {}
-    for i, node in enumerate(graph.nodes):
-        order[node] = i
+    for i, node in enumerate(nodes):
         inputs = node.all_input_nodes
-        owner[node] = owner[inputs[0]] if inputs and _is_alias(node) else node
+        owner[node] = owner.get(inputs[0], inputs[0]) if inputs and _is_alias(node) else node
         for inp in inputs:
-            last_use[owner[inp]] = i
+            last_use[owner.get(inp, inp)] = i
     frees: dict[int, int] = {}
     live = 0
     out = []
-    for node in graph.nodes:
+    for node in nodes:
         val = node.meta.get("val")
         if owner[node] is node and node.op not in ("placeholder", "output", "get_attr") \
                 and not isinstance(val, (list, tuple)):
@@ -170,14 +171,10 @@ def _is_alias(node: fx.Node) -> bool:
     """Does the node return (a view of) its first input rather than new memory?"""
     if node.op != "call_function":
         return False
-    if node.target is torch.ops._c10d_functional.wait_tensor.default:
+    if node.target is WAIT:
         return True
     schema = getattr(node.target, "_schema", None)
     return bool(schema is not None and schema.returns and schema.returns[0].alias_info is not None)
-
-
-def estimate_peak_bytes(graph: fx.Graph) -> int:
-    return max(live_bytes(graph), default=0)
 
 
 def _nbytes(val) -> int:
@@ -189,3 +186,8 @@ def _nbytes(val) -> int:
     if isinstance(val, (list, tuple)):
         return sum(_nbytes(v) for v in val)
     return 0
+
+
+def estimate_peak_bytes(graph: fx.Graph) -> int:
+    """The most live tensor bytes at any point of `graph` (live_bytes)."""
+    return max(live_bytes(Timeline(graph)), default=0)

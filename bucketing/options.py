@@ -14,9 +14,9 @@ import os
 from collections.abc import Callable
 from typing import Union
 
-from . import kinds, modules
+from . import modules
+from .collectives import NAMES as COLLECTIVE_KINDS
 
-COLLECTIVE_KINDS = kinds.NAMES
 MB = 2**20
 POLICIES = ("module", "locality", "merge_all")
 COPY_OUTS = ("copy", "packed", "views")

@@ -1,16 +1,31 @@
-"""Re-sort a rewritten graph so every bucket is legal and overlaps what it can.
+"""When each bucket is issued, in what order each process group issues, and the rewritten graph's order.
 
-A stable topological sort (Kahn's algorithm, ready nodes taken by priority):
-original nodes keep their old position as priority; a bucket's issue nodes
-take the position schedule.issue_positions chooses (once the last member input
-exists, and not before the previous bucket is waited on) and go after the
-previous bucket's wait and copy-out placed there, before the original node at
-that position; wait and copy-out nodes take their first user's
-position, so they run just before it. Nodes with side effects stay in their segment: everything
-before a barrier stays before it and everything after stays after it. Seeded
-random nodes keep their order among themselves (planning made sure it can).
-The collectives of each process group are issued in issue_order's order, the
-same on every rank.
+Three decisions, made once per graph on the timeline taken before the rewrite:
+
+- **Issue positions** (`issue_positions`): a merged bucket is issued as early
+  as its inputs allow, but not before the previous bucket of its kind and
+  group is waited on: each bucket is prefetched while the one before it is
+  used (FSDP's forward prefetch), and at most two are in flight.
+- **One issue order per process group that every rank agrees on**
+  (`units_in_order`, `chains`). Ranks may compile graphs that differ between
+  their collectives: a rank whose shard of an unevenly sharded parameter is
+  empty pads it, so node positions differ from rank to rank. A schedule by
+  position could then issue two buckets of one process group in one order on
+  one rank and in the other order on another, and the collectives would
+  mismatch (gloo aborts: "Received data size doesn't match expected size").
+  The order here depends only on which collectives read which results: a
+  topological order of the issue units (merged buckets and every other
+  collective), ties broken by the unit's first collective in graph order.
+- **Placement** (`place`, `reorder`): a stable topological sort (Kahn's
+  algorithm, ready nodes taken by priority). Original nodes keep their old
+  position as priority; a bucket's issue nodes take its issue position and go
+  after the previous bucket's wait and copy-out placed there, before the
+  original node at that position; wait and copy-out nodes take their first
+  user's position, so they run just before it. Nodes with side effects stay
+  in their segment: everything before a barrier stays before it and
+  everything after stays after it. Seeded random nodes keep their order among
+  themselves (planning made sure it can). Each group's collectives are chained
+  in the order above.
 """
 
 from __future__ import annotations
@@ -21,7 +36,9 @@ from collections import defaultdict
 import torch
 import torch.fx as fx
 
-from .effects import is_barrier, is_seeded
+from .collectives import group_of
+from .records import Bucket, When
+from .timeline import Timeline
 
 Priority = tuple
 # The middle field of a priority orders new nodes at one original position:
@@ -31,46 +48,123 @@ ISSUE_BEFORE_ORIGINAL = -1
 ORIGINAL = 0
 
 
-class GraphSnapshot:
-    """Positions and barrier segments of the graph before the rewrite."""
+def issue_positions(buckets: list[Bucket], whens: dict) -> dict[int, int]:
+    """Per merged bucket (by id): the position, before the rewrite, it is issued before.
 
-    def __init__(self, graph: fx.Graph):
-        self.position: dict[fx.Node, int] = {}
-        self.segment: dict[fx.Node, int] = {}
-        self.barriers: list[fx.Node] = []
-        self.seeded: list[fx.Node] = []
-        for i, node in enumerate(graph.nodes):
-            if is_seeded(node):
-                self.seeded.append(node)
-            self.position[node] = i
-            self.segment[node] = len(self.barriers)
-            if is_barrier(node):
-                self.barriers.append(node)
+    As early as its inputs allow, but not before the previous bucket of its
+    kind and group is waited on: each bucket is prefetched while the one before
+    it is used (FSDP's forward prefetch), and at most two are in flight.
+    """
+    out: dict[int, int] = {}
+    previous_use: dict[tuple, int] = {}
+    merged = sorted((b for b in buckets if len(b.members) > 1),
+                    key=lambda b: whens[b.members[0].node].position)
+    for b in merged:
+        ws: list[When] = [whens[m.node] for m in b.members]
+        first = min(w.position for w in ws)
+        ready = max(w.ready for w in ws) + 1
+        stream = (b.kind, b.group_name)
+        out[id(b)] = max(ready, min(first, previous_use.get(stream, first)))
+        previous_use[stream] = min(w.first_use for w in ws)
+    return out
 
 
-def place(graph: fx.Graph, snapshot: GraphSnapshot, emitted: list, issue_at: dict[int, int],
+def units_in_order(timeline: Timeline, buckets: list[Bucket]) -> list[list[fx.Node]]:
+    """Every collective of `graph` in issue units (a bucket's members together,
+    in graph order; any other collective alone), in the order above."""
+    positions = timeline.position
+    units: list[list[fx.Node]] = []
+    unit_of: dict[fx.Node, int] = {}
+    for b in buckets:
+        for m in b.members:
+            unit_of[m.node] = len(units)
+        units.append([m.node for m in b.members])
+    for node in timeline.nodes:
+        if node not in unit_of and group_of(node) is not None:
+            unit_of[node] = len(units)
+            units.append([node])
+    for members in units:
+        members.sort(key=positions.__getitem__)
+
+    # Per node, the units whose results it reads (a bitmask); per unit, those
+    # its members' inputs read.
+    reads = [0] * len(units)
+    masks: dict[fx.Node, int] = {}
+    for node in timeline.nodes:
+        mask = 0
+        for inp in node.all_input_nodes:
+            mask |= masks.get(inp, 0)
+        u = unit_of.get(node)
+        if u is not None:
+            reads[u] |= mask & ~(1 << u)
+            mask |= 1 << u
+        if mask:
+            masks[node] = mask
+
+    readers: list[list[int]] = [[] for _ in units]
+    waiting = [0] * len(units)
+    for u, mask in enumerate(reads):
+        while mask:
+            low = mask & -mask
+            readers[low.bit_length() - 1].append(u)
+            waiting[u] += 1
+            mask ^= low
+    ready = [(positions[units[u][0]], u) for u in range(len(units)) if not waiting[u]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, u = heapq.heappop(ready)
+        order.append(units[u])
+        for r in readers[u]:
+            waiting[r] -= 1
+            if not waiting[r]:
+                heapq.heappush(ready, (positions[units[r][0]], r))
+    if len(order) != len(units):
+        raise RuntimeError("bucketing: the planned buckets depend on each other in a cycle (planning bug)")
+    return order
+
+
+def chains(units: list[list[fx.Node]], merged: dict[fx.Node, fx.Node]) -> list[list[fx.Node]]:
+    """Per process group, its issue nodes in unit order. `merged` maps each
+    member of a merged bucket to the bucket's collective; other collectives
+    issue as they are."""
+    by_group: dict[str, list[fx.Node]] = defaultdict(list)
+    for members in units:
+        issued = []
+        for node in members:
+            issue = merged.get(node, node)
+            if issue not in issued:
+                issued.append(issue)
+        for issue in issued:
+            group = group_of(issue)
+            if group is not None:
+                by_group[group].append(issue)
+    return [nodes for nodes in by_group.values() if len(nodes) > 1]
+
+
+def place(graph: fx.Graph, timeline: Timeline, emitted: list, issue_at: dict[int, int],
           issue_chains: list[list[fx.Node]] = ()) -> None:
     """Put every emitted bucket's nodes where they belong, and the graph in a legal order.
 
-    `issue_at` is schedule.issue_positions' answer, by bucket id, in `snapshot`'s positions.
-    Each of `issue_chains` (issue_order.chains) is one process group's
+    `issue_at` is issue_positions' answer, by bucket id, in `timeline`'s positions.
+    Each of `issue_chains` (`chains`) is one process group's
     collectives, issued in that order whatever the positions say.
     """
     issue_priority, issue_segment, fallback = {}, {}, {}
     for e in emitted:
         members = e.bucket.members
         first = issue_at[id(e.bucket)]
-        segment = snapshot.segment[members[0].node]
+        segment = timeline.segment[members[0].node]
         for k, node in enumerate(e.issue_nodes):
             issue_priority[node] = (first, ISSUE_BEFORE_ORIGINAL, k)
             issue_segment[node] = segment
-        first_wait = min(snapshot.position[m.wait] for m in members)
+        first_wait = min(timeline.position[m.wait] for m in members)
         for node in e.wait_nodes + [o for o in e.outputs if o is not None]:
             fallback[node] = (first_wait, ORIGINAL, 0)
     for node in graph.nodes:
-        if node not in snapshot.position and node not in issue_priority and node not in fallback:
-            fallback[node] = (len(snapshot.position), ORIGINAL, 0)
-    reorder(graph, snapshot, issue_priority, issue_segment, fallback, issue_chains)
+        if node not in timeline.position and node not in issue_priority and node not in fallback:
+            fallback[node] = (len(timeline.position), ORIGINAL, 0)
+    reorder(graph, timeline, issue_priority, issue_segment, fallback, issue_chains)
 
 
 def _readers_after_mutation(nodes: list[fx.Node]) -> dict[fx.Node, list[fx.Node]]:
@@ -86,7 +180,7 @@ def _readers_after_mutation(nodes: list[fx.Node]) -> dict[fx.Node, list[fx.Node]
 
 def reorder(
     graph: fx.Graph,
-    snapshot: GraphSnapshot,
+    timeline: Timeline,
     issue_priority: dict[fx.Node, Priority],
     issue_segment: dict[fx.Node, int],
     fallback_priority: dict[fx.Node, Priority],
@@ -97,7 +191,7 @@ def reorder(
     priority: dict[fx.Node, Priority] = {}
     new_nodes = []
     for node in nodes:
-        pos = snapshot.position.get(node)
+        pos = timeline.position.get(node)
         if pos is not None:
             priority[node] = (pos, ORIGINAL, 0)
         elif node in issue_priority:
@@ -130,14 +224,14 @@ def reorder(
     for chain in issue_chains:
         for a, b in zip(chain, chain[1:]):
             edge(a, b)
-    seeded = [n for n in snapshot.seeded if n in indegree]
+    seeded = [n for n in timeline.seeded if n in indegree]
     for a, b in zip(seeded, seeded[1:]):
         edge(a, b)
-    barriers = [b for b in snapshot.barriers if b in indegree]
+    barriers = [b for b in timeline.barriers if b in indegree]
     if barriers:
         barrier_index = {b: i for i, b in enumerate(barriers)}
         for node in nodes:
-            seg = issue_segment.get(node, snapshot.segment.get(node))
+            seg = issue_segment.get(node, timeline.segment.get(node))
             if seg is None:
                 continue
             if node in barrier_index:

@@ -26,8 +26,20 @@ Each collective may belong to a module unit (modules.py): an entry of the
 user's `module_buckets`, or under the module policy a block (a repeated
 module such as a transformer layer): the unit sharded training gathers and
 frees. A bucket holds one unit, whatever compute lies inside it; collectives
-outside any unit follow the compute window (locality.py), or under merge_all
-the caps alone.
+outside any unit follow the locality rules below, or under merge_all the
+caps alone.
+
+The locality rules. A byte cap alone can gather every layer's parameters at
+the start of a forward pass: peak memory jumps to the unsharded model and the
+prefetch of layer i+1 no longer overlaps layer i's compute. So a member joins
+a bucket only while the bucket spans at most a window of compute
+(`locality_flops`; by default what one collective's latency is worth on the
+graph's device): splitting a bucket where less compute separates its members
+cannot hide the extra collective, so merging gives nothing up there. A member
+is also refused if it would shrink the bucket's overlap window (compute
+between its inputs being ready and its first use) below that same amount.
+The memory budget is enforced after planning (memory.py), and then each
+merged bucket's issue position is decided (ordering.issue_positions).
 
 Every collective that ends alone in its bucket gets the reason, so the plan
 can list it.
@@ -40,11 +52,12 @@ from collections import defaultdict
 
 import torch.fx as fx
 
-from . import cost, kinds, locality, memory, modules
-from .collectives import Collective
-from .effects import is_barrier, is_seeded
+from . import memory, modules
+from .collectives import ALL_GATHER, BY_NAME, Collective, Skipped, is_barrier, is_seeded
 from .options import MB, BucketingOptions
-from .records import Bucket, Skipped, Span, When
+from .ordering import issue_positions
+from .records import Bucket, Span, When
+from .timeline import Timeline
 
 # How many buckets of one key the locality policy keeps open at once.
 MAX_OPEN_PER_KEY = 4
@@ -57,7 +70,8 @@ class PlannedBuckets:
     buckets: list[Bucket]  # in order of their first member, singletons included
     over_cap: list[Skipped]  # collectives too big for any bucket
     whens: dict[fx.Node, When]  # per collective node
-    timeline: cost.Timeline
+    timeline: Timeline  # of the graph as planned, before any rewrite
+    issue_at: dict[int, int]  # per merged bucket (by id): the position it is issued before
 
     def alone(self) -> list[Skipped]:
         """The collectives that stayed alone in their bucket, with why."""
@@ -75,9 +89,52 @@ class PlannedBuckets:
         return [b for b in self.buckets if len(b.members) > 1]
 
 
+# Rough device figures: a small collective's fixed latency and sustained matmul
+# throughput. Their product is the compute one collective's latency is worth.
+_LATENCY_S = {"cpu": 500e-6, "cuda": 30e-6}
+_FLOPS_PER_S = {"cpu": 3e10, "cuda": 2e14}
+
+
+def default_locality_flops(device_type: str) -> float:
+    kind = "cpu" if device_type == "cpu" else "cuda"
+    return _LATENCY_S[kind] * _FLOPS_PER_S[kind]
+
+
+def when(c: Collective, timeline: Timeline) -> When:
+    """Where collective `c` sits, what it reads and returns, and its anchor:
+    the first use of an all-gather's result, or where a reduction's input is
+    produced (gradients become ready layer by layer)."""
+    pos = timeline.position
+    source = c.cast_source if c.cast_source is not None else c.input
+    users = [pos[u] for u in c.wait.users]
+    first_use = min(users, default=pos[c.wait])
+    in_bytes = c.numel * c.dtype.itemsize
+    kind = BY_NAME[c.kind]
+    anchor = first_use if kind is ALL_GATHER else pos[source]
+    return When(pos[c.node], pos[source], first_use, max(users, default=pos[c.wait]),
+                in_bytes, kind.output_bytes(in_bytes, c.group_size), timeline.flops_before[anchor])
+
+
+def locality_refusal(span: Span, w: When, timeline: Timeline, window_flops: float) -> str | None:
+    """Why a collective with `w` may not join a bucket covering `span`, or None if it may."""
+    grown = span.add(w)
+    if grown.high - grown.low > window_flops:
+        return (f"{grown.high - grown.low:.3g} FLOPs of compute would lie inside the bucket, "
+                f"over the locality window of {window_flops:.3g}")
+
+    # Compute between issue and wait is what hides the collective: a bucket
+    # whose window could hide one keeps it.
+    def hides(s: Span) -> bool:
+        return timeline.flops_between(s.ready + 1, s.first_use) > window_flops
+
+    if hides(span) and not hides(grown):
+        return "joining would shrink the bucket's overlap window below what hides a collective"
+    return None
+
+
 def bucket_key(c: Collective, multidtype: bool) -> tuple:
     """(kind, group name, reduce op, dtype); dtype is None where the kind may mix dtypes."""
-    dtype = None if (kinds.BY_NAME[c.kind].mixes_dtypes and multidtype) else c.dtype
+    dtype = None if (BY_NAME[c.kind].mixes_dtypes and multidtype) else c.dtype
     return (c.kind, c.group_name, c.reduce_op, dtype)
 
 
@@ -100,14 +157,14 @@ def plan_buckets(
 ) -> PlannedBuckets:
     """All buckets in order of their first member, singletons included."""
     by_node = {c.node: c for c in collectives}
-    timeline = cost.Timeline(graph)
-    whens = {c.node: cost.when(c, timeline) for c in collectives}
+    timeline = Timeline(graph)
+    whens = {c.node: when(c, timeline) for c in collectives}
     windowed = options.policy != "merge_all"  # the compute window applies outside module units
     units = {c.node: module_unit(c, options) for c in collectives}
     window = options.locality_flops
     if window is None:
         device = collectives[0].node.meta["val"].device.type if collectives else "cpu"
-        window = cost.default_locality_flops(device)
+        window = default_locality_flops(device)
 
     buckets: list[Bucket] = []
     skipped: list[Skipped] = []
@@ -151,7 +208,7 @@ def plan_buckets(
         if options.max_bucket_count is not None and len(bucket.members) >= options.max_bucket_count:
             return f"the open bucket already holds max_bucket_count={options.max_bucket_count} members"
         if windowed and bucket.module is None:
-            return locality.refusal(bucket.span, w, timeline, window)
+            return locality_refusal(bucket.span, w, timeline, window)
         return None
 
     def assign(c: Collective, mask: int) -> int | None:
@@ -187,7 +244,7 @@ def plan_buckets(
         record_dependencies(mask, bid)
         return bid
 
-    for node in graph.nodes:
+    for node in timeline.nodes:
         mask = barrier_mask
         for inp in node.all_input_nodes:
             mask |= masks[inp]
@@ -209,10 +266,10 @@ def plan_buckets(
     if windowed and any(len(b.members) > 1 and not b.explicit for b in buckets):
         budget = options.memory_budget_mb
         budget_bytes = max(b.cap_bytes for b in buckets) if budget is None else budget * MB
-        split = memory.split_to_budget(list(buckets), whens, graph, budget_bytes, options.copy_out)
+        split = memory.split_to_budget(list(buckets), whens, timeline, budget_bytes, options.copy_out)
         if len(split) != len(buckets):
             buckets = _renumber_within_caps(split, whens, options)
-    return PlannedBuckets(buckets, skipped, whens, timeline)
+    return PlannedBuckets(buckets, skipped, whens, timeline, issue_positions(buckets, whens))
 
 
 def _renumber_within_caps(buckets: list[Bucket], whens: dict, options: BucketingOptions) -> list[Bucket]:

@@ -1,25 +1,11 @@
-"""The records the phases hand each other: why a collective was left alone,
-when one is needed, what a bucket spans, and the bucket itself.
-
-A leaf module: it imports nothing from the package, so every phase can use
-these types without importing another phase.
-"""
+"""The records planning hands the later phases: when a collective is needed,
+what a bucket spans, and the bucket itself."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .collectives import Collective
-
-
-@dataclasses.dataclass(frozen=True)
-class Skipped:
-    """A collective left as it was, and why."""
-
-    node_name: str
-    reason: str
+from .collectives import Collective
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,8 +8,8 @@ import logging
 
 import torch
 
+from .collectives import Skipped
 from .ops import dtype_name
-from .records import Skipped
 
 log = logging.getLogger("bucketing")
 
@@ -83,6 +83,17 @@ class Plan:
             out[b.kind] = out.get(b.kind, 0) + 1
         return out
 
+    def __str__(self) -> str:
+        """A readable multi-line report: each bucket, its members and timing, each collective left and why."""
+        lines = [f"bucketing plan: {len(self.buckets)} bucket(s), {len(self.skipped)} collective(s) left as they were"]
+        for b in self.buckets:
+            lines.append("  " + b.line())
+            lines.append("    members: " + " ".join(b.members))
+            lines.append("    when: " + b.timing_line())
+        for s in self.skipped:
+            lines.append(f"  left {s.node_name}: {s.reason}")
+        return "\n".join(lines)
+
 
 def describe(emitted, extra_peak_bytes: int) -> BucketReport:
     """What one emitted bucket is; positions are filled in by `locate`."""
@@ -123,18 +134,6 @@ def locate(report: BucketReport, emitted, timeline) -> BucketReport:
 
 def skipped_members(bucket, reason: str) -> list[Skipped]:
     return [Skipped(m.node.name, reason) for m in bucket.members]
-
-
-def explain(plan: Plan) -> str:
-    """A readable multi-line report of a plan."""
-    lines = [f"bucketing plan: {len(plan.buckets)} bucket(s), {len(plan.skipped)} collective(s) left as they were"]
-    for b in plan.buckets:
-        lines.append("  " + b.line())
-        lines.append("    members: " + " ".join(b.members))
-        lines.append("    when: " + b.timing_line())
-    for s in plan.skipped:
-        lines.append(f"  left {s.node_name}: {s.reason}")
-    return "\n".join(lines)
 
 
 def publish(plan: Plan) -> None:

@@ -3,7 +3,7 @@
 Nodes are emitted with `graph.call_function`; no tracing per bucket. Each new
 node gets `meta["val"]`: the collective and copy-in by running under the
 graph's fake mode, the many per-member views and copies from plain meta tensors. Placement is left to
-`ordering.reorder`, which issues each bucket once its inputs exist and waits
+`ordering.place`, which issues each bucket once its inputs exist and waits
 right before the first user of any member.
 """
 
@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode, maybe_get_fake_mode
 
-from . import lowering, ops
+from . import ops
 from .layout import plan_chunk
 from .records import Bucket
 
@@ -113,10 +113,9 @@ PROVENANCE_KEYS = ("stack_trace", "nn_module_stack", "fwd_nn_module_stack", "sou
 
 
 def emit_bucket(graph: fx.Graph, bucket: Bucket, meta: MetaEvaluator, alignment: int,
-                copy_out: str = "copy", lower_copy_out: str = "gpu") -> EmittedBucket:
+                copy_out: str = "copy") -> EmittedBucket:
+    """`copy_out`: lowering.copy_out_mode's answer for the graph."""
     created: list[fx.Node] = []
-    if copy_out == "copy" and not lowering.expected_at(bucket.members[0].node.meta["val"].device, lower_copy_out):
-        copy_out = "into"  # the copy-out stays an op: members the graph allocates, filled in place
     try:
         emit = {
             "all_gather": _emit_all_gather,

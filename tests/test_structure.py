@@ -1,10 +1,11 @@
-"""The package's shape: no import cycles, a cache key over the pass's own modules,
+"""The package's shape: no import cycles, a cache key over every source file of the pass,
 new nodes that point at the user's code, no dependence on an ambient fake mode."""
 
 import ast
 import os
 
 import torch
+from torch._inductor.custom_graph_pass import get_hash_for_files
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import bucketing.core as bc
@@ -13,25 +14,20 @@ from .conftest import ag, rs, trace
 
 bf16, f32 = torch.bfloat16, torch.float32
 PACKAGE = os.path.dirname(bc.__file__)
-# Entry points beside the pass: they import it, it never imports them.
-NOT_THE_PASS = {"demo", "__main__"}
 
 
 def _package_imports() -> dict[str, set[str]]:
-    """Module name -> the package modules it imports at run time (relative imports,
-    any depth in the file; `if TYPE_CHECKING:` imports are for annotations only)."""
+    """Module name -> the package modules it imports (relative imports, any
+    depth in the file, `if TYPE_CHECKING:` blocks included)."""
     graph = {}
     for name in sorted(os.listdir(PACKAGE)):
         if not name.endswith(".py"):
             continue
         module = name[:-3]
         tree = ast.parse(open(os.path.join(PACKAGE, name)).read())
-        typing_only = {id(n) for block in ast.walk(tree)
-                       if isinstance(block, ast.If) and ast.unparse(block.test).endswith("TYPE_CHECKING")
-                       for n in ast.walk(block)}
         deps = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and id(node) not in typing_only:
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
                 if node.module:
                     deps.add(node.module.split(".")[0])
                 else:
@@ -57,13 +53,27 @@ def test_the_package_import_graph_has_no_cycle():
         visit(module, [])
 
 
-def test_the_cache_key_hashes_every_module_the_pass_runs_and_nothing_else():
-    modules = set(_package_imports())
-    assert set(bc.PASS_MODULES) == modules - NOT_THE_PASS
-    # The pass never imports the entry points whose edits must not invalidate caches.
-    for module, deps in _package_imports().items():
-        if module not in NOT_THE_PASS:
-            assert not deps & NOT_THE_PASS, (module, deps)
+def test_the_cache_key_hashes_every_source_file_of_the_pass(tmp_path, monkeypatch):
+    files = {os.path.basename(f) for f in bc.SOURCE_FILES}
+    assert files == {name for name in os.listdir(PACKAGE) if name.endswith(".py")}
+    # Any edit of any of them changes the key; nothing else does.
+    def key_now():
+        get_hash_for_files.cache_clear()  # torch caches the last answer by path
+        return bc.BucketingPass().uuid()
+
+    key = key_now()
+    copies = []
+    for f in bc.SOURCE_FILES:
+        copy = tmp_path / os.path.basename(f)
+        copy.write_text(open(f).read())
+        copies.append(str(copy))
+    monkeypatch.setattr(bc, "SOURCE_FILES", tuple(copies))
+    assert key_now() == key
+    (tmp_path / "unrelated.py").write_text("# not the pass\n")
+    assert key_now() == key
+    with open(copies[-1], "a") as f:
+        f.write("# an edit\n")
+    assert key_now() != key
 
 
 def test_new_nodes_carry_the_members_provenance(group_name):
