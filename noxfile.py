@@ -18,12 +18,13 @@ nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 TORCH = os.environ.get("BUCKETING_TORCH", "torch==2.13.0")
-# The supported releases: 2.13 (CI's CPU build) and 2.11 (the GPU machines'; on
-# PyPI a CUDA build of ~4.7 GB, which runs on CPU).
-TORCH_RELEASES = ["2.13.0", "2.11.0"]
+# The tested releases: 2.13 (CI's CPU build), 2.11 (the GPU machines'; on PyPI a
+# CUDA build of ~4.7 GB, which runs on CPU) and 2.14 (the newest that installs;
+# a CUDA build). Keep in step with bucketing/releases.py.
+TORCH_RELEASES = ["2.13.0", "2.11.0", "2.14.1"]
 # Triton paired with each release: Inductor writes CUDA code for GPU presets on
 # this CPU machine with it (conformance/fake_cuda.py); ~200 MB, no GPU needed.
-TRITON_FOR = {"2.13.0": "3.7.1", "2.11.0": "3.6.0"}
+TRITON_FOR = {"2.13.0": "3.7.1", "2.11.0": "3.6.0", "2.14.1": "3.8.0"}
 RANK_ENV = {"OMP_NUM_THREADS": "1"}  # 2 cores: oversubscribed OpenMP spins ruin timings
 # `nox -s conformance` at world size 8 (torchrun, gloo): 16 cases, 35 s here.
 WORLD8_SUBSET = ("ag-pair-bf16-f32", "ag-bf16-f32-odd", "ag-members-64", "ag-subgroups", "ag-halves", "rs-strided",

@@ -6,6 +6,8 @@ compiled with the pass can be loaded from a cache and run without running it.
 
 import logging
 
+import torch
+
 from . import ops  # noqa: F401  (registers bucketing_ops::*)
 from .core import (
     BucketingPass,
@@ -24,6 +26,21 @@ try:  # lets TORCH_LOGS=+bucketing show the plan lines
     _torch_logging.register_log("bucketing", "bucketing")
 except Exception:  # pragma: no cover - older torch without the registry
     logging.getLogger("bucketing").debug("could not register the bucketing log with torch._logging")
+
+# The torch releases the pass is tested on (noxfile.TORCH_RELEASES runs each).
+# A newer one installs and runs; it is only untested, so say so once.
+TESTED_TORCH_RELEASES = ("2.11", "2.13", "2.14")
+
+
+def _release(version: str) -> tuple[int, int]:
+    major, minor = version.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+if _release(torch.__version__) > max(map(_release, TESTED_TORCH_RELEASES)):
+    logging.getLogger("bucketing").warning(
+        "bucketing: torch %s is newer than the newest tested release (%s); it should work but is untested",
+        torch.__version__, TESTED_TORCH_RELEASES[-1])
 
 __all__ = [
     "BucketingOptions",

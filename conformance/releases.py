@@ -1,7 +1,7 @@
 """What the suite does differently per torch release, all in one place.
 
-Supported: torch 2.11 (the GPU machines') and 2.13 (CI). Anything here is
-keyed by the release that behaves differently, with what differs.
+Tested: torch 2.11 (the GPU machines'), 2.13 (CI) and 2.14 (bucketing.TESTED_TORCH_RELEASES).
+Anything here is keyed by the release that behaves differently, with what differs.
 """
 
 from __future__ import annotations

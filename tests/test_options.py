@@ -1,5 +1,6 @@
 import pytest
 
+import bucketing
 import bucketing.core as bc
 from bucketing.options import make_options
 
@@ -72,3 +73,28 @@ def test_callable_caps_with_different_code_differ():
     a = bc.BucketingPass(bucket_cap_mb=lambda i: 1.0 if i == 0 else 64.0)
     b = bc.BucketingPass(bucket_cap_mb=lambda i: 2.0 if i == 0 else 64.0)
     assert a.uuid() != b.uuid()
+
+
+def test_a_torch_newer_than_the_tested_releases_warns_at_import_and_an_older_one_does_not():
+    import subprocess
+    import sys
+
+    def import_with(version: str) -> str:
+        code = ("import torch; torch.__version__ = %r; import bucketing" % version)
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
+
+    newest = bucketing.TESTED_TORCH_RELEASES[-1]
+    major, minor = map(int, newest.split("."))
+    assert f"torch {major}.{minor + 1}.0 is newer than the newest tested release ({newest})" in \
+        import_with(f"{major}.{minor + 1}.0")
+    assert "newer than" not in import_with(f"{newest}.1+cpu")
+
+
+def test_the_tested_releases_are_the_ones_nox_runs():
+    import ast
+    import pathlib
+
+    tree = ast.parse((pathlib.Path(__file__).parents[1] / "noxfile.py").read_text())
+    (releases,) = [ast.literal_eval(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                   and getattr(n.targets[0], "id", "") == "TORCH_RELEASES"]
+    assert sorted(".".join(r.split(".")[:2]) for r in releases) == sorted(bucketing.TESTED_TORCH_RELEASES)
