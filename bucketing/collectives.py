@@ -12,8 +12,10 @@ so they are no barrier to a bucket (attention carries the tag even without
 dropout).
 
 A candidate is a `_c10d_functional` all-gather, reduce-scatter or all-reduce
-whose only user is one `wait_tensor`, with a static-shaped input and a group
-given by name. Anything else is reported with the reason it is left alone.
+whose result is waited on (one `wait_tensor` or several; any other reader of
+the result gets the member's part of the merged result too), with a
+static-shaped input and a group given by name. Anything else is reported
+with the reason it is left alone.
 """
 
 from __future__ import annotations
@@ -119,10 +121,10 @@ class Collective:
 
     kind: str
     node: fx.Node  # the collective
-    wait: fx.Node  # its wait_tensor
+    wait: fx.Node  # its first wait_tensor
     input: fx.Node  # the tensor the collective reads
     group_name: str
-    group_size: int  # 0 for all-reduce, whose schema has no size
+    group_size: int  # ranks in the group; for all-reduce (whose schema has no size) 0 unless the group resolves
     reduce_op: str | None
     dtype: torch.dtype
     shape: tuple[int, ...]  # of the collective's input
@@ -132,10 +134,19 @@ class Collective:
     cast_source: fx.Node | None = None
     # (FQN, class name) of the modules around it, outermost first (modules.py).
     module_stack: tuple[tuple[str, str], ...] = ()
+    # Every wait_tensor of the collective (`wait` first) and any other node
+    # that reads its result directly: all of them get the member's part.
+    waits: tuple[fx.Node, ...] = ()
+    direct_readers: tuple[fx.Node, ...] = ()
 
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
+
+    def readers(self) -> list[fx.Node]:
+        """The nodes that read the collective's result: users of its waits, and direct readers."""
+        out = [u for w in self.waits for u in w.users]
+        return out + [r for r in self.direct_readers if r not in out]
 
     def describe(self) -> str:
         return f"{self.node.name}({self.kind}, {self.group_name}, {self.dtype}, {list(self.shape)})"
@@ -152,11 +163,10 @@ def _static_shape(val) -> tuple[int, ...] | None:
     return tuple(shape)
 
 
-def _single_wait(node: fx.Node) -> fx.Node | None:
-    users = list(node.users)
-    if len(users) == 1 and users[0].target is c10d.wait_tensor.default:
-        return users[0]
-    return None
+def _waits(node: fx.Node) -> tuple[list[fx.Node], list[fx.Node]]:
+    """(the wait_tensors of a collective, in graph order; its other users)."""
+    waits = sorted(u for u in node.users if u.target is WAIT)
+    return waits, [u for u in node.users if u.target is not WAIT]
 
 
 def _fusable_cast_source(input_node: fx.Node, consumer: fx.Node) -> fx.Node | None:
@@ -218,9 +228,11 @@ def _describe(node: fx.Node, kind: Kind, fuse_casts: bool) -> tuple[Collective |
         return None, "group is not a constant name (graph input or object); left as is"
     if not isinstance(group_size, int):
         return None, "group size is not a constant int"
-    wait = _single_wait(node)
-    if wait is None:
-        return None, "result is not consumed by exactly one wait_tensor"
+    waits, direct_readers = _waits(node)
+    if not waits:
+        return None, "result is never waited on (no wait_tensor reads it)"
+    if not group_size and kind is ALL_REDUCE:
+        group_size = _resolved_size(group_name)
     val = inp.meta.get("val")
     shape = _static_shape(val)
     if shape is None:
@@ -238,7 +250,7 @@ def _describe(node: fx.Node, kind: Kind, fuse_casts: bool) -> tuple[Collective |
     record = Collective(
         kind=kind.name,
         node=node,
-        wait=wait,
+        wait=waits[0],
         input=inp,
         group_name=group_name,
         group_size=group_size,
@@ -248,5 +260,17 @@ def _describe(node: fx.Node, kind: Kind, fuse_casts: bool) -> tuple[Collective |
         nbytes=nbytes,
         cast_source=cast_source,
         module_stack=modules.module_stack(node),
+        waits=tuple(waits),
+        direct_readers=tuple(direct_readers),
     )
     return record, ""
+
+
+def _resolved_size(group_name: str) -> int:
+    """Ranks in the process group named `group_name`; 0 where it does not resolve here."""
+    try:
+        from torch.distributed.distributed_c10d import _resolve_process_group
+
+        return int(_resolve_process_group(group_name).size())
+    except Exception:
+        return 0

@@ -33,18 +33,27 @@ import torch.fx as fx
 _ROOT_PATTERN = r"""[LG]\[['"][^'"]+['"]\]"""
 _ROOT = re.compile("^" + _ROOT_PATTERN)
 _WRAPPERS = ("_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module")
+# torch.nn.utils.parametrize's ModuleDict of ParametrizationLists: what follows it is not the user's tree.
+_PARAMETRIZATIONS = "parametrizations"
 _SUBSCRIPT = re.compile(r"""(?:\._modules)?\[['"]?([^'"\]]+)['"]?\]""")
 # A path through the module tree: a root, then attributes and subscripts only.
 _TREE_PATH = re.compile(rf"""^(?:{_ROOT_PATTERN}|self)?(?:\.\w+|\[(?:'[^']*'|"[^"]*"|\d+)\])*$""")
 
 
 def fqn(path: str) -> str:
-    """`L['fn']._modules['layers']['0'].attention` -> `layers.0.attention`."""
+    """`L['fn']._modules['layers']['0'].attention` -> `layers.0.attention`.
+
+    A parametrization belongs to the module it parametrizes:
+    `tok_embeddings.parametrizations.weight.0` -> `tok_embeddings` (the
+    trailing index is the entry of a `ParametrizationList`, not a block).
+    """
     path = _ROOT.sub("", path)
     path = _SUBSCRIPT.sub(lambda m: "." + m.group(1), path).lstrip(".")
     parts = [p for p in path.split(".") if p and p not in _WRAPPERS]
     if parts and parts[0] == "self":
         parts = parts[1:]
+    if _PARAMETRIZATIONS in parts:
+        parts = parts[:parts.index(_PARAMETRIZATIONS)]
     return ".".join(parts)
 
 

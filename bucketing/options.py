@@ -66,7 +66,7 @@ class BucketingOptions:
     # "locality": merge up to the caps, but keep each bucket within
     # `locality_flops` of compute, keep its overlap window open, and split
     # buckets that would raise the estimated peak memory by more than
-    # `memory_budget_mb` (see locality.py and memory.py). "merge_all": the caps alone.
+    # `memory_budget_mb` (see planning.py and memory.py). "merge_all": the caps alone.
     policy: str = "module"
     # Module classes whose instances are the blocks of policy="module"
     # (e.g. ("TransformerBlock",)); None: the outermost indexed module.
@@ -83,6 +83,11 @@ class BucketingOptions:
     locality_flops: float | None = None
     # How far bucketing may raise the estimated peak live bytes. None: one bucket cap.
     memory_budget_mb: float | None = None
+    # Merge all-reduces and reduce-scatters only where the merged result is
+    # bit-identical to the separate ones for the collective's group size: a
+    # sum of 2 values is the same in any order, so today groups of at most 2
+    # (docs/design.md, "What stays the same"). All-gathers merge as before.
+    exact_reductions: bool = False
     # At the first run, all-gather a digest of the plan and raise, naming the
     # first differing bucket, if ranks disagree (instead of deadlocking).
     verify_plan_across_ranks: bool = dataclasses.field(
@@ -105,6 +110,8 @@ class BucketingOptions:
             raise ValueError(f"multidtype must be a bool, got {self.multidtype!r}")
         if not isinstance(self.fuse_casts, bool):
             raise ValueError(f"fuse_casts must be a bool, got {self.fuse_casts!r}")
+        if not isinstance(self.exact_reductions, bool):
+            raise ValueError(f"exact_reductions must be a bool, got {self.exact_reductions!r}")
         if self.copy_out not in COPY_OUTS:
             raise ValueError(f"copy_out must be one of {COPY_OUTS}, got {self.copy_out!r}")
         if self.lower_copy_out not in LOWER_COPY_OUTS:
@@ -161,6 +168,7 @@ class BucketingOptions:
             self.lower_copy_out,
             self.block_classes,
             self.module_buckets,
+            self.exact_reductions,
         )
         return repr(fields)
 

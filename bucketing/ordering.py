@@ -158,7 +158,7 @@ def place(graph: fx.Graph, timeline: Timeline, emitted: list, issue_at: dict[int
         for k, node in enumerate(e.issue_nodes):
             issue_priority[node] = (first, ISSUE_BEFORE_ORIGINAL, k)
             issue_segment[node] = segment
-        first_wait = min(timeline.position[m.wait] for m in members)
+        first_wait = min(timeline.position[w] for m in members for w in m.waits)
         for node in e.wait_nodes + [o for o in e.outputs if o is not None]:
             fallback[node] = (first_wait, ORIGINAL, 0)
     for node in graph.nodes:

@@ -106,7 +106,7 @@ def when(c: Collective, timeline: Timeline) -> When:
     produced (gradients become ready layer by layer)."""
     pos = timeline.position
     source = c.cast_source if c.cast_source is not None else c.input
-    users = [pos[u] for u in c.wait.users]
+    users = [pos[u] for u in c.readers()]
     first_use = min(users, default=pos[c.wait])
     in_bytes = c.numel * c.dtype.itemsize
     kind = BY_NAME[c.kind]
@@ -252,6 +252,9 @@ def plan_buckets(
             mask |= rng_mask
             rng_mask = mask
         c = by_node.get(node)
+        if c is not None and options.exact_reductions and c.kind != ALL_GATHER.name and not 0 < c.group_size <= 2:
+            skipped.append(Skipped(c.node.name, _inexact_reason(c)))
+            c = None
         if c is not None:
             bid = assign(c, mask)
             if bid is not None:
@@ -270,6 +273,12 @@ def plan_buckets(
         if len(split) != len(buckets):
             buckets = _renumber_within_caps(split, whens, options)
     return PlannedBuckets(buckets, skipped, whens, timeline, issue_positions(buckets, whens))
+
+
+def _inexact_reason(c: Collective) -> str:
+    group = f"group of {c.group_size}" if c.group_size else "group size unknown"
+    return (f"exact_reductions, {group}: a merged sum over more than 2 ranks may add in another order "
+            f"(docs/design.md, What stays the same)")
 
 
 def _renumber_within_caps(buckets: list[Bucket], whens: dict, options: BucketingOptions) -> list[Bucket]:

@@ -145,7 +145,7 @@ def copy_provenance(source: fx.Node, nodes: list[fx.Node]) -> None:
 
 
 def _users_count(c) -> int:
-    return len(c.wait.users)
+    return len(c.readers())
 
 
 def _copy_out_packed(graph, meta: MetaEvaluator, created, result: fx.Node, rows: int, members, used: list[int],
@@ -379,8 +379,11 @@ def replace_members(emitted: list[EmittedBucket]) -> list[fx.Node]:
     for e in emitted:
         for m, out in zip(e.bucket.members, e.outputs):
             if out is not None:
-                m.wait.replace_all_uses_with(out)
-            replaced += [m.wait, m.node]
+                for wait in m.waits:
+                    wait.replace_all_uses_with(out)
+                for reader in m.direct_readers:
+                    reader.replace_input_with(m.node, out)
+            replaced += [*m.waits, m.node]
             if m.cast_source is not None and set(m.input.users) <= {m.node}:
                 replaced.append(m.input)  # a fused cast nothing else reads
     return replaced

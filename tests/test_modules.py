@@ -24,6 +24,9 @@ BLOCKS = 4
     ("self.norm", "norm"),
     ("L['self']", ""),
     ("G['model'].layers.2", "layers.2"),
+    # torch.nn.utils.parametrize: a parametrization belongs to the module it parametrizes.
+    ("L['self'].tok_embeddings.parametrizations.weight[0]", "tok_embeddings"),
+    ("L['self']._modules['layers']['1'].attention.wq.parametrizations.weight.0", "layers.1.attention.wq"),
 ])
 def test_module_paths_read_as_the_fqns_a_user_writes(path, expected):
     assert modules.fqn(path) == expected
@@ -171,3 +174,21 @@ def test_module_policy_blocks_by_index_or_by_class(group_name):
     plan = bc.bucket_collectives(_forward(group_name), policy="locality", locality_flops=0)
     assert all(b.module is None for b in plan.buckets)
     assert max((len(b.members) for b in plan.buckets), default=1) <= 2
+
+
+def test_parametrized_parameters_outside_blocks_are_no_block_of_their_own(group_name):
+    """The embedding's, the final norm's and the output's parametrizations end in an
+    index (the ParametrizationList entry): they share buckets, as the root of FSDP2 does."""
+    def program(emb, norm, out, w0, w1):
+        return [ag(x, group_name) for x in (emb, w0, w1, norm, out)]
+
+    gm = trace(program, *[((4, 8), torch.float32)] * 5)
+    paths = ["tok_embeddings", "layers.0.attention.wq", "layers.1.attention.wq", "norm", "output"]
+    gathers = [n for n in gm.graph.nodes if n.target is c10d.all_gather_into_tensor.default]
+    for node, path in zip(gathers, paths):
+        full = f"L['self'].{path}.parametrizations.weight[0]"
+        node.meta["nn_module_stack"] = {path: (f"L['self'].{path}", "Module"), full: (full, "ParametrizationList")}
+    plan = bc.bucket_collectives(gm, multidtype=True)
+    units = sorted((b.module or "", len(b.members)) for b in plan.buckets)
+    assert units == [("", 3)], units  # the one-member blocks layers.0 and layers.1 stay alone
+    assert not any(b.module and "parametrizations" in b.module for b in plan.buckets)

@@ -7,7 +7,7 @@ from bucketing.collectives import find_collectives
 from bucketing.options import make_options
 from bucketing.planning import plan_buckets
 
-from .conftest import WORLD, ag, ar, rs, trace
+from .conftest import WORLD, ag, ar, c10d, rs, trace
 
 bf16, f32 = torch.bfloat16, torch.float32
 
@@ -200,3 +200,66 @@ def test_locality_policy_keeps_buckets_within_layers(group_name):
     weights = {"all_gather_into_tensor", "all_gather_into_tensor_2", "all_gather_into_tensor_4"}
     for bucket in local:
         assert len(weights & set(bucket)) <= 1, bucket
+
+
+def test_exact_reductions_merge_reductions_only_on_groups_of_two(group_name):
+    """A sum of 2 values is the same in any order; over more ranks a merged
+    reduction may add in another order, so exact_reductions leaves it."""
+    import torch.distributed as dist
+
+    pair = dist.new_group([0, 1]).group_name
+
+    def program(a, b, c, d, e, f, g, h):
+        return (ag(a, group_name), ag(b, group_name),
+                rs(c, group_name), rs(d, group_name),  # groups of 4
+                ar(e, group_name), ar(f, group_name),
+                rs(g, pair, world=2), ar(h, pair))  # groups of 2
+
+    specs = [((8,), f32)] * 8
+    plan = bc.bucket_collectives(trace(program, *specs), exact_reductions=True, policy="merge_all")
+    assert plan.counts() == {"all_gather": 1}  # the pair's rs and ar are one each: nothing to merge with
+    left = {s.node_name: s.reason for s in plan.skipped}
+    assert sum("exact_reductions, group of 4" in r for r in left.values()) == 4, left
+
+    def pairs_only(a, b, c, d):
+        return rs(a, pair, world=2), rs(b, pair, world=2), ar(c, pair), ar(d, pair)
+
+    plan = bc.bucket_collectives(trace(pairs_only, *specs[:4]), exact_reductions=True, policy="merge_all")
+    assert plan.counts() == {"reduce_scatter": 1, "all_reduce": 1}
+    assert "exact_reductions, group of 4" in str(bc.bucket_collectives(
+        trace(program, *specs), exact_reductions=True))
+    # Without the option the groups of 4 merge as before.
+    assert bc.bucket_collectives(trace(program, *specs), policy="merge_all").counts() == \
+        {"all_gather": 1, "reduce_scatter": 1, "all_reduce": 1}
+
+
+def test_a_collective_with_several_waits_and_a_direct_reader_merges_and_each_reads_its_part(group_name):
+    """Every wait of a member, and a node reading its result directly, read the member's part."""
+    def program(a, b):
+        r = c10d.reduce_scatter_tensor(a, "sum", WORLD, group_name)
+        first, second = c10d.wait_tensor(r), c10d.wait_tensor(r)
+        return first * 2, second + 1, rs(b, group_name)
+
+    gm = trace(program, ((8, 3), f32), ((8,), f32))
+    collective = next(n for n in gm.graph.nodes if n.target is c10d.reduce_scatter_tensor.default)
+    waits = [u for u in collective.users]
+    assert len(waits) == 2
+    # A direct reader of the result (as a graph may hold after other passes).
+    with gm.graph.inserting_after(waits[1]):
+        direct = gm.graph.call_function(torch.ops.aten.neg.default, (collective,))
+    direct.meta["val"] = collective.meta["val"]
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    out.args = ((*out.args[0], direct),)
+    gm.recompile()
+    plan = bc.bucket_collectives(gm)
+    assert plan.counts() == {"reduce_scatter": 1}
+    assert not plan.skipped
+    readers = {n.target: n for n in gm.graph.nodes
+               if n.target in (torch.ops.aten.mul.Tensor, torch.ops.aten.add.Tensor, torch.ops.aten.neg.default)}
+    parts = {r.args[0] for r in readers.values()}
+    assert len(parts) == 1, [r.format_node() for r in readers.values()]  # all three read one member output
+    (part,) = parts
+    assert part.target is torch.ops.aten.view.default
+    assert part.meta["val"].shape == (2, 3)
+    assert not any(n.target is c10d.wait_tensor.default and n.args[0] is collective for n in gm.graph.nodes)
+    gm.graph.lint()
