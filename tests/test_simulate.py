@@ -1,0 +1,231 @@
+"""The step simulator (benchmarks/simulate.py): the timeline on hand-built graphs with
+chosen durations, answers computed by hand; the failure cases; and the physics of one
+small real model traced for an H200."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.fx as fx
+
+from benchmarks import sim_timeline as tl
+from benchmarks import simulate as sim
+
+c10d = torch.ops._c10d_functional
+aten = torch.ops.aten
+
+
+class Builder:
+    """An FX graph built by hand: meta tensors as values, durations by node name."""
+
+    def __init__(self):
+        self.graph = fx.Graph()
+        self.compute: dict[str, float] = {}
+        self.comm: dict[str, float] = {}
+
+    def _node(self, target, args, val, name):
+        node = self.graph.call_function(target, args)
+        node.name = name
+        node.meta["val"] = val
+        return node
+
+    def input(self, name, numel, dtype=torch.bfloat16):
+        node = self.graph.placeholder(name)
+        node.meta["val"] = torch.empty(numel, dtype=dtype, device="meta")
+        return node
+
+    def compute_node(self, name, ms, *inputs, numel=1, dtype=torch.float32):
+        """A kernel of `ms` reading `inputs`, writing `numel` elements."""
+        self.compute[name] = ms
+        return self._node(aten.cat.default, (list(inputs),), torch.empty(numel, dtype=dtype, device="meta"), name)
+
+    def all_gather(self, name, ms, shard, ranks, group):
+        self.comm[name] = ms
+        val = shard.meta["val"]
+        out = torch.empty(val.numel() * ranks, dtype=val.dtype, device="meta")
+        return self._node(c10d.all_gather_into_tensor.default, (shard, ranks, group), out, name)
+
+    def wait(self, name, collective):
+        return self._node(c10d.wait_tensor.default, (collective,), collective.meta["val"], name)
+
+    def view(self, name, src, start, length):
+        return self._node(aten.narrow.default, (src, 0, start, length),
+                          src.meta["val"].narrow(0, start, length), name)
+
+    def output(self, *nodes):
+        self.graph.output(tuple(nodes))
+
+    def run(self) -> tl.StepRun:
+        return tl.run_step([("forward", self.graph)], lambda n: self.compute[n.name], lambda n: self.comm[n.name])
+
+
+def test_two_collectives_hidden_behind_compute():
+    b = Builder()
+    x = b.input("x", 8)
+    ag1 = b.all_gather("ag1", 2.0, x, 4, "g")  # issued at 0: runs 0-2
+    ag2 = b.all_gather("ag2", 3.0, x, 4, "g")  # issued at 0, the stream busy until 2: runs 2-5
+    c1 = b.compute_node("c1", 4.0, x)  # 0-4
+    c2 = b.compute_node("c2", 4.0, c1)  # 4-8
+    w1, w2 = b.wait("w1", ag1), b.wait("w2", ag2)  # both ended by 8: no stall
+    c3 = b.compute_node("c3", 1.0, c2, w1, w2)  # 8-9
+    b.output(c3)
+    step = b.run()
+    assert step.step_ms == pytest.approx(9.0)
+    assert step.compute_ms == pytest.approx(9.0)
+    assert step.comm_ms == pytest.approx(5.0)
+    assert step.exposed_comm_ms == pytest.approx(0.0)
+    assert step.bound_ms == pytest.approx(9.0)
+    runs = {c.node: c for c in step.collectives}
+    assert (runs["ag1"].start_ms, runs["ag1"].end_ms) == pytest.approx((0.0, 2.0))
+    assert (runs["ag2"].start_ms, runs["ag2"].end_ms) == pytest.approx((2.0, 5.0))
+    assert runs["ag1"].stall_ms == runs["ag2"].stall_ms == 0.0
+
+
+def test_a_wait_exposes_a_collective():
+    b = Builder()
+    x = b.input("x", 8)
+    c1 = b.compute_node("c1", 1.0, x)  # 0-1
+    ag = b.all_gather("ag", 5.0, c1, 4, "g")  # issued after c1: runs 1-6
+    c2 = b.compute_node("c2", 2.0, x)  # 1-3
+    w = b.wait("w", ag)  # the compute waits 3-6
+    c3 = b.compute_node("c3", 1.0, w, c2)  # 6-7
+    b.output(c3)
+    step = b.run()
+    assert step.step_ms == pytest.approx(7.0)
+    assert step.compute_ms == pytest.approx(4.0)
+    assert step.comm_ms == pytest.approx(5.0)
+    assert step.exposed_comm_ms == pytest.approx(3.0)
+    assert step.bound_ms == pytest.approx(5.0)
+    (run,) = step.collectives
+    assert (run.issue_ms, run.start_ms, run.end_ms, run.stall_ms) == pytest.approx((1.0, 1.0, 6.0, 3.0))
+    assert (run.position, run.wait_node) == (2, "w")
+
+
+@pytest.mark.parametrize("groups, step_ms", [(("g0", "g1"), 5.0), (("g0", "g0"), 9.0)])
+def test_two_process_groups_run_in_parallel(groups, step_ms):
+    b = Builder()
+    x = b.input("x", 8)
+    a = b.all_gather("a", 4.0, x, 4, groups[0])
+    c = b.all_gather("c", 4.0, x, 4, groups[1])
+    wa, wc = b.wait("wa", a), b.wait("wc", c)
+    out = b.compute_node("out", 1.0, wa, wc)
+    b.output(out)
+    step = b.run()
+    # Two streams: both run 0-4, then the compute 4-5. One stream: 0-4, 4-8, then 8-9.
+    assert step.step_ms == pytest.approx(step_ms)
+    assert step.comm_ms == pytest.approx(4.0 if groups[0] != groups[1] else 8.0)
+    assert step.exposed_comm_ms == pytest.approx(step_ms - 1.0)
+    assert sorted(step.comm_by_group.values()) == pytest.approx([4.0, 4.0] if groups[0] != groups[1] else [8.0])
+
+
+def test_peak_memory_of_a_gathered_bucket():
+    # Two bf16 shards of 100 and 300 elements (200 + 600 bytes) packed by a copy-in
+    # (800 bytes), all-gathered over 4 ranks (3200 bytes), read as two views by two
+    # consumers writing 1000 f32 elements each (4000 bytes).
+    b = Builder()
+    s1, s2 = b.input("s1", 100), b.input("s2", 300)
+    packed = b.compute_node("copy_in", 0.1, s1, s2, numel=400, dtype=torch.bfloat16)
+    ag = b.all_gather("ag", 1.0, packed, 4, "g")
+    w = b.wait("w", ag)
+    v1, v2 = b.view("v1", w, 0, 400), b.view("v2", w, 400, 1200)
+    u1 = b.compute_node("u1", 1.0, v1, numel=1000)
+    u2 = b.compute_node("u2", 1.0, v2, numel=1000)
+    b.output(u1, u2)
+    peak, at, profile = tl.memory_profile(b.graph)
+    inputs = 200 + 600
+    # The copy-in's buffer lives until the wait; the gathered buffer until its last
+    # view's consumer; views cost nothing; outputs stay.
+    assert profile == [inputs, inputs, inputs + 800, inputs + 800 + 3200, inputs + 800 + 3200,
+                       inputs + 3200, inputs + 3200, inputs + 3200 + 4000, inputs + 3200 + 8000,
+                       inputs + 8000]
+    assert peak == inputs + 3200 + 8000
+    assert [n.name for n in b.graph.nodes][at] == "u2"
+    assert b.run().peak_bytes == peak
+
+
+def test_inputs_of_a_later_graph_are_freed_after_their_last_use():
+    fw = Builder()
+    p = fw.input("p", 1000)  # the caller's parameter shard: 2000 bytes, held throughout
+    act = fw.compute_node("act", 1.0, p, numel=500)  # 2000 bytes saved for the backward
+    fw.output(act)
+    bw = Builder()
+    saved, p2 = bw.input("act", 500, torch.float32), bw.input("p", 1000)
+    g = bw.compute_node("g", 1.0, saved, p2, numel=100)
+    h = bw.compute_node("h", 1.0, g, numel=100)
+    bw.output(h)
+    durations = {**fw.compute, **bw.compute}
+    step = tl.run_step([("forward", fw.graph), ("backward", bw.graph)], lambda n: durations[n.name],
+                       lambda n: 0.0)
+    assert [g.peak_bytes for g in step.graphs] == [2000 + 2000, 2000 + 2000 + 400]
+    # The backward frees `act` after `g`: then p (held), g and h.
+    _, _, profile = tl.memory_profile(bw.graph, free_inputs=True, held=frozenset({"p"}), held_bytes=2000)
+    assert profile[-2] == 2000 + 400 + 400
+    assert step.step_ms == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("argv, parameter", [
+    (["--model", "llama3-9b", "--world-size", "8"], "--model"),
+    (["--model", "llama3-8b", "--world-size", "8", "--passes", "project,nope"], "--passes"),
+    (["--model", "llama3-8b", "--world-size", "8", "--gpu", "v100"], "--gpu"),
+    (["--model", "llama3-8b", "--world-size", "8", "--mesh", "2by4"], "--mesh"),
+])
+def test_unknown_names_fail_naming_the_parameter(argv, parameter, capsys):
+    with pytest.raises(SystemExit) as exc:
+        sim.main(argv)
+    assert exc.value.code == 2
+    assert parameter in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kwargs, parameter", [
+    ({"model": "gpt-17"}, "--model"),
+    ({"model": "llama3-8b", "passes": ["unbucketed", "bucket-everything"]}, "--passes"),
+    ({"model": "llama3-8b", "gpu": "tpu"}, "--gpu"),
+])
+def test_the_api_raises_naming_the_parameter(kwargs, parameter):
+    with pytest.raises(ValueError, match=parameter):
+        sim.simulate(world_sizes=[8], **kwargs)
+
+
+@pytest.fixture
+def fake_world():
+    """A fake group's size: the session's if one exists (shared), else 8 ranks, removed after."""
+    import torch.distributed as dist
+
+    created = not dist.is_initialized()
+    yield 8 if created else dist.get_world_size()
+    if created and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_physics_of_a_small_llama3_on_h200(fake_world):
+    """llama3-8b's sizes cut to one block at 512 tokens, SimpleFSDP, every default pass."""
+    from benchmarks import sim_trace
+
+    try:
+        sim.check_torch()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    world = fake_world
+    (result,) = sim.simulate("llama3-8b", [world], "h200", sim.DEFAULT_PASSES, layers=1, seq=512)
+    steps = {p.name: p.step for p in result.passes}
+    program = result.traced.program
+    figures = sim_trace.link_figures(sim_trace.gpu("h200"))
+    assert program.parameters == 128256 * 4096 * 2 + 218_112_000 + 4096  # embeddings, a block, the final norm
+    base = steps["unbucketed"]
+    # 6 x parameters x tokens at the dense bf16 peak, and at most 4 times that.
+    ideal_ms = 6 * program.parameters * program.tokens / (figures["bf16_tflops"] * 1e12) * 1e3
+    assert ideal_ms <= base.compute_ms <= 4 * ideal_ms
+    # Every parameter byte all-gathered and reduce-scattered at the fastest link the preset has.
+    fastest = max(figures["intra_node_gbps"], figures["inter_node_gbps"]) * 1e9
+    moved = 2 * program.parameter_bytes
+    assert base.comm_ms >= moved / fastest * 1e3
+    assert base.exposed_comm_ms > 0
+    for name, step in steps.items():
+        assert step.step_ms >= step.bound_ms * (1 - 1e-9), name
+        assert step.compute_ms >= base.compute_ms * (1 - 1e-9), name
+    # Bucketing merged something and the estimators never fell back.
+    assert sum(c.kind == "all_gather" for c in steps["project-merge_all"].collectives) \
+        < sum(c.kind == "all_gather" for c in base.collectives)
+    assert result.estimator.failures == {}
+    rows = [p.row("llama3-8b", "h200", world) for p in result.passes]
+    assert all(set(r) == set(sim.KEYS) for r in rows)
