@@ -120,7 +120,7 @@ def gpu_tests(session: nox.Session) -> None:
 def demo(session: nox.Session) -> None:
     """The main job: bucket one FSDP-style training step on 2 gloo ranks and report."""
     _install(session, "test")
-    session.run("python", "-m", "bucketing.demo", *session.posargs, env=RANK_ENV)
+    session.run("python", "-m", "conformance.demo", *session.posargs, env=RANK_ENV)
 
 
 @nox.session

@@ -46,7 +46,7 @@ def _trainer(spec, mesh, rank: int, custom_pass):
 
 def bench_model(ctx, model_id: str, steps: int) -> list[dict]:
     """Rank task: every variant of one model; returns rows (rank 0's are reported)."""
-    spec = family.get(model_id)
+    spec = family.MODELS[model_id]
     mesh = spec.mesh("cpu", ctx.world_size)
     plan = spec.module_plan
     ours, torch_manual = adapters.load("project"), adapters.load("torch-manual")
@@ -87,7 +87,7 @@ def main(argv=None) -> None:
     finally:
         pool.close()
     base = next(r["median_ms"] for r in rows if r["variant"] == "unbucketed")
-    print(f"{args.model}, {args.world} gloo ranks, plan {family.get(args.model).module_plan}, "
+    print(f"{args.model}, {args.world} gloo ranks, plan {family.MODELS[args.model].module_plan}, "
           f"median of {args.steps} steps timed in turns\n")
     print("| variant | forward all-gathers | backward reduce-scatters | bit-identical | step ms | vs unbucketed |")
     print("| --- | --- | --- | --- | --- | --- |")

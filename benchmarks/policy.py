@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 
 def _worker(rank, world, args, init_file, out_file):
-    from bucketing import demo
+    from conformance import demo
     from conformance.timing import bitwise_equal
 
     os.environ["OMP_NUM_THREADS"] = "1"

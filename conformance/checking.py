@@ -1,12 +1,16 @@
-"""The checking core: one case on this rank, results exchanged, one verdict on every rank.
+"""The checking core: what a check is expected to do, and one case on this rank with
+results exchanged and one verdict on every rank.
 
-The torchrun runner and the unittest classes call `check_on_rank` on every
-rank in lockstep; the pytest tests run the same rank tasks through the rank
-pool and judge with the same `verdict` functions.
+Every front end (the pytest plugin, the unittest classes, the torchrun runner)
+asks `expected_outcome` whether a check runs and whether it is expected to
+fail. The torchrun runner and the unittest classes call `check_on_rank` on
+every rank in lockstep; the pytest tests run the same rank tasks through the
+rank pool and judge with the same `verdict` functions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 
 from . import catalog, harness, verdict
@@ -18,9 +22,37 @@ LEVELS = {
 }
 
 
-def skip_reason(case_id: str, adapter, level: str = "fx", backend: str = "gloo") -> str | None:
-    """Why `case_id` is not run for `adapter`, the same answer on every rank and in every front
-    end (pytest, unittest, torchrun), or None."""
+@dataclasses.dataclass(frozen=True)
+class Expected:
+    """What a check should do under an adapter: run and pass, not run (`skip`), or fail (`xfail`)."""
+
+    check_id: str  # the id expected failures are keyed by
+    skip: str | None = None  # why it does not run
+    xfail: str | None = None  # why it is expected to fail; passing then fails: the entry is stale
+
+
+def check_id(case_id: str, level: str = "fx") -> str:
+    """The id a catalog case's expected failures are keyed by: the case id at FX level,
+    `LEVEL:case id` at another (a pass may fail a case at FX level and compile it right)."""
+    return case_id if level == "fx" else f"{level}:{case_id}"
+
+
+def expected_outcome(adapter, check: str, level: str = "fx", backend: str = "gloo") -> Expected:
+    """What `check` should do under `adapter`, the same answer on every rank and in every front end.
+
+    `check` is a catalog case id (`NAME-wN`) checked at `level`, or the id of a check of
+    its own (`model:ID-wN`, `fsdp-autograd-w2`, `codegen:NAME`, `fuzz`)."""
+    if level != "fx" and adapter.inductor_pass is None:
+        return Expected(check, skip=f"adapter {adapter.name} has no Inductor form")
+    if check.rpartition("-w")[0] not in catalog.BY_NAME:
+        return Expected(check, xfail=adapter.xfail_reason(check))
+    key = check_id(check, level)
+    skip = _skip_reason(check, adapter, level, backend)
+    return Expected(key, skip, None if skip else adapter.xfail_reason(key))
+
+
+def _skip_reason(case_id: str, adapter, level: str, backend: str) -> str | None:
+    """Why catalog case `case_id` does not run for `adapter`, or None."""
     case, world = catalog.get(case_id)
     if level == "inductor" and backend == "gloo" and any((s.cast_from or s.dtype) in GLOO_UNSUPPORTED
                                                          for s in case.steps):

@@ -145,6 +145,27 @@ def case_code(case_id: str, adapter="project", device: str = "cpu", arch: str | 
     return generate(program, inputs, custom, device, arch)
 
 
+# The targets every codegen check (codegen_checks/) reads code for: the CPU, and
+# the GPU presets (fake_cuda.py) generated on this machine.
+TARGETS = ("cpu", "sm80", "sm90")
+CHECK_WORLD = 4  # the world size of the catalog cases the checks compile
+
+
+def target_code(case_name: str, adapter, target: str = "cpu") -> str:
+    """The generated code of catalog case `case_name` at CHECK_WORLD ranks for a target of TARGETS."""
+    device, arch = ("cpu", None) if target == "cpu" else ("cuda", target)
+    return case_code(f"{case_name}-w{CHECK_WORLD}", adapter, device, arch)
+
+
+def target_param(*values, target: str, id: str):
+    """A pytest parameter for a check on `target`: sm80 on the first release only, so later
+    releases check the GPU machines' sm90 beside the CPU."""
+    import pytest
+
+    marks = [pytest.mark.first_release] if target == "sm80" else []
+    return pytest.param(*values, marks=marks, id=id)
+
+
 # What the wrapper of a generated module launches, by kind.
 _LAUNCHES = {
     "triton": re.compile(r"^\s*triton_\w+\.run\(", re.M),

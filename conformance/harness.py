@@ -24,6 +24,7 @@ aten = torch.ops.aten
 
 # The suite keeps its own table of collectives on purpose: it must not depend on
 # the pass it checks (and it also counts the `_out` all-gather some passes emit).
+KINDS = ("all_gather", "reduce_scatter", "all_reduce")
 KIND_BY_TARGET = {
     c10d.all_gather_into_tensor.default: "all_gather",
     c10d.all_gather_into_tensor_out.default: "all_gather",
@@ -33,7 +34,7 @@ KIND_BY_TARGET = {
 
 
 def count_collectives(graph: fx.Graph) -> dict[str, int]:
-    counts = {"all_gather": 0, "reduce_scatter": 0, "all_reduce": 0}
+    counts = dict.fromkeys(KINDS, 0)
     for node in graph.nodes:
         kind = KIND_BY_TARGET.get(node.target)
         if kind:
@@ -142,7 +143,6 @@ def check_steps(ctx, steps, options: dict, seed_text: str, adapter_spec="project
     gm.recompile()
     after = count_collectives(gm.graph)
     code = rank_neutral_text(gm.graph, ctx.groups)
-    plan_text = _plan_text(plan)
     gather_bytes_where_unsupported(reference, ctx.backend)
     gather_bytes_where_unsupported(gm, ctx.backend)
     expected = reference(*inputs)
@@ -155,20 +155,14 @@ def check_steps(ctx, steps, options: dict, seed_text: str, adapter_spec="project
         "before": before,
         "after": after,
         "diff": diff,
-        "plan": plan_text,
+        "plan": plan_text(plan),
         "same_graph_on_all_ranks": len(set(digests)) == 1,
     }
 
 
-def _plan_text(plan) -> str:
-    try:
-        from bucketing.core import Plan, explain
-
-        if isinstance(plan, Plan):
-            return explain(plan)
-    except ImportError:
-        pass
-    return "" if plan is None else repr(plan)
+def plan_text(plan) -> str:
+    """What a pass says it did, as it prints itself (this project's `Plan` prints its buckets)."""
+    return "" if plan is None else str(plan)
 
 
 def run_inductor_case(ctx, case_id: str, adapter_spec) -> dict:
@@ -187,46 +181,6 @@ def run_inductor_case(ctx, case_id: str, adapter_spec) -> dict:
         "vs_eager": first_difference(eager, bucketed),
         "vs_compiled": first_difference(plain, bucketed),
         "compiled_vs_eager": first_difference(eager, plain),
-        "plan": _plan_text(getattr(custom, "last_plan", None)),
+        "plan": plan_text(getattr(custom, "last_plan", None)),
         "code": code,
     }
-
-
-class _CountingWrapper:
-    """Runs the pass under test and records collective counts of each graph it sees."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.after: list[dict] = []
-
-    def __call__(self, graph):
-        if self.inner is not None:
-            self.inner(graph)
-        self.after.append(count_collectives(graph))
-
-    def uuid(self):
-        inner = getattr(self.inner, "uuid", lambda: None)()
-        return None if inner is None and self.inner is not None else f"counting:{inner}"
-
-
-def run_fsdp_autograd(ctx, adapter_spec: str, layers: int = 2, dim: int = 24, options: dict | None = None) -> dict:
-    """Rank task: an FSDP-style module, forward + backward through torch.compile, with and
-    without the pass (built with `options`); loss and every gradient compared byte for byte."""
-    import torch._dynamo
-
-    from conformance.models.toy_fsdp import ShardedMLP, loss_fn
-
-    adapter = adapters.load(adapter_spec)
-    group = ctx.groups["world"][2]
-    results = []
-    for custom in (None, adapter.inductor_pass(**(options or {})) if adapter.inductor_pass else None):
-        torch._dynamo.reset()
-        model = ShardedMLP(layers, dim, ctx.world_size, ctx.rank).to(ctx.device)
-        x = torch.randn(4, dim, generator=torch.Generator().manual_seed(ctx.rank)).to(ctx.device)
-        counter = _CountingWrapper(custom)
-        with torch._inductor.config.patch(post_grad_custom_post_pass=counter, fx_graph_cache=False):
-            loss = torch.compile(loss_fn)(model, x, group)
-            loss.backward()
-        results.append(([loss.detach()] + [p.grad for p in model.parameters()], counter.after))
-    (plain, plain_counts), (bucketed, counts) = results
-    return {"diff": first_difference(plain, bucketed), "before": plain_counts, "after": counts}

@@ -94,30 +94,17 @@ def rank_pools(conformance_device):
     pools.close()
 
 
-def expect_result(adapter, check_id: str, request, skip: str | None = None) -> None:
-    """The one place expected failures apply (conformance/known_failures.py), for every test
-    family: the check runs, and passing where the adapter is expected to fail fails (strict).
-    `skip`: why the check does not run (conformance.checking.skip_reason), if it does not."""
-    if skip:
-        pytest.skip(f"{check_id}: {skip}")
-    reason = adapter.xfail_reason(check_id)
-    if reason:
+def expect_result(adapter, check: str, request, level: str = "fx", backend: str = "gloo") -> None:
+    """Apply the check's expected outcome (conformance.checking.expected_outcome, the one
+    decision every front end applies) to this test: skip it, or mark it xfail strictly, so
+    passing where the adapter is expected to fail fails, naming the stale entry."""
+    from .checking import expected_outcome
+
+    expected = expected_outcome(adapter, check, level, backend)
+    if expected.skip:
+        pytest.skip(f"{expected.check_id}: {expected.skip}")
+    if expected.xfail:
         request.applymarker(pytest.mark.xfail(
-            reason=f"{check_id}: {reason} (expected for {adapter.name}; passing means the entry is stale)",
+            reason=f"{expected.check_id}: {expected.xfail} (expected for {adapter.name}; passing means the entry "
+                   "is stale)",
             strict=True))
-
-
-def inductor_case(adapter, case_id: str, request) -> None:
-    """Skip where the adapter has no Inductor form; mark its expected failure for `case_id`."""
-    if adapter.inductor_pass is None:
-        pytest.skip(f"adapter {adapter.name} has no Inductor form")
-    from .adapters import check_id
-    from .catalog import BY_NAME
-    from .checking import skip_reason
-
-    if case_id.rpartition("-w")[0] not in BY_NAME:  # a compiled check of its own (model:..., fsdp-autograd-...)
-        expect_result(adapter, case_id, request)
-        return
-    # Compiled checks have their own ids: a pass may fail a case at FX level (say,
-    # a graph that differs per rank) and still compile to the same results.
-    expect_result(adapter, check_id(case_id, "inductor"), request, skip_reason(case_id, adapter, "inductor"))

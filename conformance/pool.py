@@ -30,7 +30,7 @@ class RankContext:
     world_size: int
     backend: str
     device: str
-    groups: dict  # name -> (group_name, group_size, ProcessGroup); see _make_groups
+    groups: dict  # name -> (group_name, group_size, ProcessGroup); see make_groups
 
 
 @dataclasses.dataclass
@@ -45,7 +45,7 @@ class PoolBroken(RuntimeError):
     pass
 
 
-def _make_groups(world_size: int) -> dict:
+def make_groups(world_size: int) -> dict:
     import torch.distributed as dist
 
     groups = {}
@@ -79,7 +79,7 @@ def _worker(rank, world_size, backend, device, store_path, timeout_s, conn):
         dist.init_process_group(
             backend, store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
         )
-        ctx = RankContext(rank, world_size, backend, device, _make_groups(world_size))
+        ctx = RankContext(rank, world_size, backend, device, make_groups(world_size))
         conn.send(RankResult(rank, True, "ready"))
     except BaseException:
         conn.send(RankResult(rank, False, error=traceback.format_exc()))

@@ -16,8 +16,3 @@ RELEASE = TorchVersion(torch.__version__.split("+")[0])
 # feed a collective a strided tensor (Inductor requires contiguous inputs), so
 # on 2.11 the suite's programs make a sliced input contiguous before the collective.
 COLLECTIVES_TAKE_STRIDED_INPUTS = RELEASE >= "2.13"
-
-
-def release_key() -> str:
-    """`"2.11"`, `"2.13"`: the key of release-specific expectations."""
-    return f"{RELEASE.major}.{RELEASE.minor}"

@@ -30,7 +30,7 @@ import xml.etree.ElementTree as ET
 from datetime import timedelta
 
 from . import adapters, catalog
-from .checking import LEVELS, check_on_rank, skip_reason
+from .checking import LEVELS, check_on_rank, expected_outcome
 
 
 @dataclasses.dataclass
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     import torch
     import torch.distributed as dist
 
-    from .pool import RankContext, _make_groups
+    from .pool import RankContext, make_groups
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     # Verdicts travel on a gloo group of their own, so a case that broke the
     # data group's sequence cannot desynchronize them.
     control = dist.new_group(backend="gloo", timeout=timeout * 2)
-    ctx = RankContext(rank, world, backend, device, _make_groups(world))
+    ctx = RankContext(rank, world, backend, device, make_groups(world))
     adapter = adapters.load(args.bucketing_pass)
     case_ids = select(world, args.patterns, set(ctx.groups))
     suite = f"conformance.{args.level}.{adapter.name}.w{world}"
@@ -155,10 +155,10 @@ def main(argv=None) -> int:
         return 4
 
     for case_id in case_ids:
-        skip = skip_reason(case_id, adapter, args.level, backend)
-        if skip:  # the same answer on every rank: no collective is issued for it
-            outcomes.append(Outcome(case_id, "skipped", 0.0, skip))
-            say(f"SKIPPED {case_id}: {skip}")
+        expected = expected_outcome(adapter, case_id, args.level, backend)
+        if expected.skip:  # the same answer on every rank: no collective is issued for it
+            outcomes.append(Outcome(case_id, "skipped", 0.0, expected.skip))
+            say(f"SKIPPED {case_id}: {expected.skip}")
             continue
         current.update(case=case_id, start=time.perf_counter())
         watchdog = threading.Timer(args.case_timeout, overtime, (case_id,))
@@ -177,10 +177,9 @@ def main(argv=None) -> int:
             outcomes.append(Outcome(case_id, "error", seconds, message))
             say(f"ERROR   {case_id} ({seconds:.1f}s): {message}\nconformance: stopping: the ranks are out of step")
             break
-        reason = adapter.xfail_reason(adapters.check_id(case_id, args.level))
-        if reason:
-            status, message = ("xpassed", f"expected to fail ({reason}) but passed") if status == "passed" \
-                else ("xfailed", f"{reason}\n{message}")
+        if expected.xfail:
+            status, message = ("xpassed", f"expected to fail ({expected.xfail}) but passed") if status == "passed" \
+                else ("xfailed", f"{expected.xfail}\n{message}")
         outcomes.append(Outcome(case_id, status, seconds, message))
         say(f"{status.upper():<7} {case_id} ({seconds:.1f}s)" +
             (f"\n{message}" if status in ("failed", "xpassed", "error") else ""))

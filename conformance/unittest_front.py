@@ -2,7 +2,7 @@
 
     from torch.testing._internal.common_distributed import MultiProcContinuousTest
     from torch.testing._internal.common_utils import instantiate_parametrized_tests, run_tests
-    from conformance.multiproc import FxConformance
+    from conformance import FxConformance
 
     class TestMyPass(FxConformance, MultiProcContinuousTest):
         adapter = "torch"   # a name, "module:object", a PassAdapter, or a callable fn(gm, **options)
@@ -31,10 +31,10 @@ import unittest
 from datetime import timedelta
 
 from . import adapters, runner
-from .checking import check_on_rank, skip_reason
+from .checking import check_on_rank, expected_outcome
 
 CASE_TIMEOUT = timedelta(seconds=300)
-SUBGROUPS = {"pairs", "halves", "strided"}  # made by pool._make_groups on even worlds of 4 or more
+SUBGROUPS = {"pairs", "halves", "strided"}  # made by pool.make_groups on even worlds of 4 or more
 
 
 def _verdict_path(main_pid: int, test_id: str) -> str:
@@ -49,14 +49,14 @@ def _rank_context(rank: int, world_size: int):
     tests in the same order, so they create them together)."""
     import torch.distributed as dist
 
-    from .pool import RankContext, _make_groups
+    from .pool import RankContext, make_groups
 
     key = (id(dist.group.WORLD), rank, world_size)
     if key not in _contexts:
         backend = dist.get_backend()
         _contexts.clear()
         _contexts[key] = RankContext(rank, world_size, backend, "cuda" if backend == "nccl" else "cpu",
-                                     _make_groups(world_size))
+                                     make_groups(world_size))
     return _contexts[key]
 
 
@@ -76,10 +76,10 @@ class _Conformance:
         groups = {"world", "alt"} | (SUBGROUPS if cls.world_size % 2 == 0 and cls.world_size > 2 else set())
         for case_id in runner.select(cls.world_size, [p for p in patterns if p != "*"], groups):
             test = _case_test(case_id)
-            skip = skip_reason(case_id, adapter, cls.level, cls.backend_str())
-            if skip:
-                test = unittest.skip(skip)(test)
-            elif adapter.xfail_reason(adapters.check_id(case_id, cls.level)):
+            expected = expected_outcome(adapter, case_id, cls.level, cls.backend_str())
+            if expected.skip:
+                test = unittest.skip(expected.skip)(test)
+            elif expected.xfail:
                 test = unittest.expectedFailure(test)
             setattr(cls, "test_" + case_id.replace("-", "_"), test)
 

@@ -121,7 +121,7 @@ def tied_sharding(ctx):
 
     from conformance.models import family
 
-    spec = family.get("transformer-tied-f32")
+    spec = family.MODELS["transformer-tied-f32"]
     plain = Transformer(family.TIED_TRANSFORMER_ARGS)
     model = spec.build(spec.mesh(ctx.device, ctx.world_size), ctx.device)
     tokens, targets = spec.batch(ctx.rank, ctx.device)

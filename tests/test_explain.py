@@ -8,7 +8,7 @@ import torch
 
 import bucketing.core as bc
 
-from .conftest import ag, rs, trace
+from .graphs import ag, rs, trace
 
 bf16, f32 = torch.bfloat16, torch.float32
 

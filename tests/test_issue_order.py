@@ -4,7 +4,7 @@ import torch
 
 import bucketing.core as bc
 
-from .conftest import ag, trace
+from .graphs import ag, trace
 
 c10d = torch.ops._c10d_functional
 f32 = torch.float32

@@ -9,7 +9,7 @@ import bucketing.core as bc
 from bucketing import modules
 from bucketing.options import make_options
 
-from .conftest import ag, rs, trace
+from .graphs import ag, rs, trace
 
 f32, bf16 = torch.float32, torch.bfloat16
 c10d = torch.ops._c10d_functional

@@ -7,7 +7,7 @@ from bucketing.collectives import find_collectives
 from bucketing.options import make_options
 from bucketing.planning import plan_buckets
 
-from .conftest import WORLD, ag, ar, c10d, rs, trace
+from .graphs import WORLD, ag, ar, c10d, rs, trace
 
 bf16, f32 = torch.bfloat16, torch.float32
 

@@ -7,7 +7,7 @@ import torch
 import bucketing.core as bc
 from bucketing.memory import estimate_peak_bytes
 
-from .conftest import ag, trace
+from .graphs import ag, trace
 
 c10d = torch.ops._c10d_functional
 f32 = torch.float32

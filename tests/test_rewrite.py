@@ -8,7 +8,7 @@ import torch
 
 import bucketing.core as bc
 
-from .conftest import ag, ar, count, rs, trace
+from .graphs import ag, ar, count, rs, trace
 
 c10d = torch.ops._c10d_functional
 bf16, f32 = torch.bfloat16, torch.float32

@@ -10,7 +10,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import bucketing.core as bc
 
-from .conftest import ag, rs, trace
+from .graphs import ag, rs, trace
 
 bf16, f32 = torch.bfloat16, torch.float32
 PACKAGE = os.path.dirname(bc.__file__)

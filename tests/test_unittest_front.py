@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADER = """
 from torch.testing._internal.common_distributed import MultiProcContinuousTest, MultiProcessTestCase
 from torch.testing._internal.common_utils import instantiate_parametrized_tests, run_tests
-from conformance.multiproc import FxConformance
+from conformance import FxConformance
 """
 FOOTER = """
 for _name in [n for n in list(globals()) if n.startswith("Test")]:

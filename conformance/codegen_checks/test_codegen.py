@@ -18,12 +18,11 @@ import sys
 import pytest
 
 from conformance.adapters import BUCKETING
+from conformance.codegen import TARGETS, target_code, target_param
 from conformance.plugin import expect_result
 
 CHECK_DIR = pathlib.Path(__file__).parent
 CHECK_FILES = sorted(CHECK_DIR.glob("*.check"))
-WORLD = 4
-TARGETS = ("cpu", "sm80", "sm90")
 
 
 def _header(path: pathlib.Path, key: str, default: str | None = None) -> str:
@@ -34,21 +33,8 @@ def _header(path: pathlib.Path, key: str, default: str | None = None) -> str:
     return match.group(1).strip()
 
 
-def generated_code(case_name: str, adapter, target: str = "cpu") -> str:
-    from conformance.codegen import case_code
-
-    device, arch = ("cpu", None) if target == "cpu" else ("cuda", target)
-    return case_code(f"{case_name}-w{WORLD}", adapter, device, arch)
-
-
 def _targets(path: pathlib.Path) -> list[str]:
     return [t.strip() for t in _header(path, "TARGETS", ",".join(TARGETS)).split(",")]
-
-
-def target_param(*values, target: str, id: str):
-    """sm80 on the first release only: later releases check the GPU machines' sm90 beside the CPU."""
-    marks = [pytest.mark.first_release] if target == "sm80" else []
-    return pytest.param(*values, marks=marks, id=id)
 
 
 # Every check file against every target it names (`; TARGETS:`, default all).
@@ -65,7 +51,7 @@ def test_codegen(check_file, target, bucketing_adapter, request):
     if "*" not in adapters and bucketing_adapter.name not in adapters:
         pytest.skip(f"{check_file.name} is specific to {adapters}")
     expect_result(bucketing_adapter, f"codegen:{check_file.stem}", request)
-    code = generated_code(_header(check_file, "CASE"), bucketing_adapter, target)
+    code = target_code(_header(check_file, "CASE"), bucketing_adapter, target)
     run = subprocess.run(
         [sys.executable, "-m", "filecheck", str(check_file)], input=code, capture_output=True, text=True
     )

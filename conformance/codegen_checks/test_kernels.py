@@ -1,7 +1,7 @@
 """What a bucket costs in launches, and that the program's own kernels stay as they were.
 
-Counted in the code Inductor generates for `cpu` and the GPU presets (see
-test_codegen.py): per bucket one collective and one wait, the copy-in and the
+Counted in the code Inductor generates for `cpu` and the GPU presets (codegen.TARGETS,
+as in test_codegen.py): per bucket one collective and one wait, the copy-in and the
 copy-out, no host-to-device copy, and a count that does not grow with the
 bucket's member count. The program's own kernels (what consumes the gathered
 members) must be the unbucketed compile's kernels, operation for operation:
@@ -16,8 +16,7 @@ import pytest
 
 from conformance import adapters
 from conformance.adapters import BUCKETING
-from conformance.codegen import census, compute_calls, copy_out_kernels, kernels
-from conformance.codegen_checks.test_codegen import TARGETS, generated_code, target_param
+from conformance.codegen import TARGETS, census, compute_calls, copy_out_kernels, kernels, target_code, target_param
 from conformance.plugin import expect_result
 
 MEMBER_COUNTS = (2, 8, 64)  # ag-members-N: N all-gathers alternating f32 and bf16, odd sizes
@@ -33,7 +32,7 @@ def _checked(adapter, check_id: str, request):
 @pytest.mark.parametrize("target", [target_param(t, target=t, id=t) for t in TARGETS])
 def test_launches_per_bucket_do_not_grow_with_members(target, bucketing_adapter, request):
     _checked(bucketing_adapter, "launches-per-bucket", request)
-    codes = {n: generated_code(f"ag-members-{n}", bucketing_adapter, target) for n in MEMBER_COUNTS}
+    codes = {n: target_code(f"ag-members-{n}", bucketing_adapter, target) for n in MEMBER_COUNTS}
     per_n = {n: census(code) for n, code in codes.items()}
     if target == "cpu":
         for c in per_n.values():
@@ -70,8 +69,8 @@ COMPUTE_CASES = {
                                          for c, targets in sorted(COMPUTE_CASES.items()) for t in targets])
 def test_program_compute_is_the_unbucketed_compute(case, target, bucketing_adapter, request):
     _checked(bucketing_adapter, f"compute:{case}", request)
-    bucketed = generated_code(case, bucketing_adapter, target)
-    unbucketed = generated_code(case, adapters.load("identity"), target)
+    bucketed = target_code(case, bucketing_adapter, target)
+    unbucketed = target_code(case, adapters.load("identity"), target)
     assert compute_calls(bucketed) == compute_calls(unbucketed)
     # The bucket's copy-out kernels are the bucket's; everything else is the program's.
     ours, theirs = kernels(bucketed, leaving_out_copies=True), kernels(unbucketed)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .family import ModelSpec, _token_loss
+from .family import ModelSpec, token_loss
 
 TITAN_VOCAB, TITAN_SEQ = 2048, 64
 
@@ -73,7 +73,7 @@ def _titan_tokens(rank: int, device: str) -> tuple:
 CLIENTS = {
     spec.name: spec
     for spec in (
-        ModelSpec("torchtitan-llama3-debug", TitanLlama, _titan_tokens, _token_loss, None,
+        ModelSpec("torchtitan-llama3-debug", TitanLlama, _titan_tokens, token_loss, None,
                   "torchtitan 0.3.0's llama3 debugmodel under its SimpleFSDP: bf16 weights, f32 RMSNorms, SDPA",
                   # Default: one all-gather per decoder layer (7 members, bf16 and f32),
                   # the final norm with the output projection, the embedding alone (the
@@ -82,7 +82,7 @@ CLIENTS = {
                   # merge_all: one all-gather across attention, one reduce-scatter per dtype.
                   {"unbucketed": (45, 45), "default": (8, 15), "merge_all": (1, 2)},
                   shard=_titan_shard),
-        ModelSpec("torchtitan-llama3-debug-hsdp", TitanLlama, _titan_tokens, _token_loss, None,
+        ModelSpec("torchtitan-llama3-debug-hsdp", TitanLlama, _titan_tokens, token_loss, None,
                   "the same under torchtitan's SimpleFSDP in HSDP (mode \"hybrid_shard\") on a 2x2 mesh",
                   # (ag, rs, ar) per graph: each gradient all-reduced over the replicas,
                   # then reduce-scattered over the shards.

@@ -129,7 +129,7 @@ def _tokens(rank: int, device: str) -> tuple:
     return tokens.to(device), targets.to(device)
 
 
-def _token_loss(logits, targets):
+def token_loss(logits, targets):
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
 
 
@@ -214,7 +214,7 @@ VARIANTS = {"default": {}, "merge_all": {"policy": "merge_all"}}
 MODELS = {
     spec.name: spec
     for spec in (
-        ModelSpec("transformer-bf16-f32", _mixed_transformer, _tokens, _token_loss, torch.bfloat16,
+        ModelSpec("transformer-bf16-f32", _mixed_transformer, _tokens, token_loss, torch.bfloat16,
                   "torch's test Transformer (2 blocks, dim 256, SDPA): bf16 Linear, f32 Embedding and LayerNorm, "
                   "autocast bf16",
                   # Default: one all-gather bucket per block, one for the embeddings, one
@@ -225,7 +225,7 @@ MODELS = {
                   {"unbucketed": (29, 29), "default": (4, 7), "merge_all": (1, 2), "module_buckets": (4, 7),
                    "torch-manual": (7, 7)},
                   module_plan=[["tok_embeddings", "pos_embeddings"], "layers.0", "layers.1", ["norm", "output"]]),
-        ModelSpec("transformer-hsdp-bf16-f32", _mixed_transformer, _tokens, _token_loss, torch.bfloat16,
+        ModelSpec("transformer-hsdp-bf16-f32", _mixed_transformer, _tokens, token_loss, torch.bfloat16,
                   "the bf16 + f32 Transformer under HSDP on a 2x2 mesh: parameters sharded over 2 ranks, "
                   "replicated over 2",
                   # Forward as under FSDP. Backward: each gradient all-reduced over the
@@ -234,7 +234,7 @@ MODELS = {
                   # listed. (ag, rs, ar) per graph.
                   {"unbucketed": (29, 29, 29), "default": (4, 7, 7), "merge_all": (1, 2, 2)},
                   mesh_shape=(2, 2), world_sizes=(4,)),
-        ModelSpec("transformer-fsdp-tp-f32", lambda: Transformer(TRANSFORMER_ARGS), _tokens, _token_loss, None,
+        ModelSpec("transformer-fsdp-tp-f32", lambda: Transformer(TRANSFORMER_ARGS), _tokens, token_loss, None,
                   "torch's test Transformer in f32, tensor-parallel over 2 ranks (its own TP plan) and "
                   "SimpleFSDP over the other 2 of a 2x2 mesh",
                   # (ag, rs, backward ar) per graph. The forward's 4 TP all-reduces (each
@@ -245,7 +245,7 @@ MODELS = {
                   {"unbucketed": (29, 29, 8), "default": (4, 4, 4), "merge_all": (1, 1, 4)},
                   mesh_shape=(2, 2), mesh_dim_names=("dp", "tp"), world_sizes=(4,),
                   shard=_tensor_parallel_fsdp),
-        ModelSpec("llama-hf-bf16-f32", lambda: LMLogits("Llama"), _llama_tokens, _token_loss, torch.bfloat16,
+        ModelSpec("llama-hf-bf16-f32", lambda: LMLogits("Llama"), _llama_tokens, token_loss, torch.bfloat16,
                   "transformers' LlamaForCausalLM (2 layers, hidden 128, GQA 4/2 heads, SDPA): bf16 Linear, "
                   "f32 Embedding and RMSNorm, autocast bf16",
                   # Default: one all-gather bucket per decoder layer (9 members, bf16 and
@@ -256,13 +256,13 @@ MODELS = {
                   # the tail's two, the embedding's. merge_all: one all-gather across
                   # attention, one reduce-scatter per dtype.
                   {"unbucketed": (21, 21), "default": (4, 7), "merge_all": (1, 2)}),
-        ModelSpec("qwen2-hf-bf16-f32", lambda: LMLogits("Qwen2"), _llama_tokens, _token_loss, torch.bfloat16,
+        ModelSpec("qwen2-hf-bf16-f32", lambda: LMLogits("Qwen2"), _llama_tokens, token_loss, torch.bfloat16,
                   "transformers' Qwen2ForCausalLM (the Llama's sizes, biased q/k/v projections): bf16 Linear, "
                   "f32 Embedding and RMSNorm, autocast bf16",
                   # As the Llama: one all-gather per decoder layer (12 members).
                   {"unbucketed": (27, 27), "default": (4, 7), "merge_all": (1, 2)}),
         ModelSpec("mixtral-hf-bf16-f32", lambda: LMLogits("Mixtral", **MIXTRAL_EXPERTS), _llama_tokens,
-                  _token_loss, torch.bfloat16,
+                  token_loss, torch.bfloat16,
                   "transformers' MixtralForCausalLM (the Llama's sizes, 4 experts, 2 per token): bf16 Linear, "
                   "f32 Embedding, RMSNorm and 3-D expert weights, autocast bf16",
                   # Default: one all-gather per decoder layer (9 members), the embedding
@@ -271,14 +271,14 @@ MODELS = {
                   {"unbucketed": (21, 21), "default": (3, 7), "merge_all": (1, 2)}),
         ModelSpec("bert-mlm-hf-bf16-f32",
                   lambda: LMLogits("Bert", task="MaskedLM", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
-                  _llama_tokens, _token_loss, torch.bfloat16,
+                  _llama_tokens, token_loss, torch.bfloat16,
                   "transformers' BertForMaskedLM (the Llama's sizes, post-LN encoder, GELU): bf16 Linear, "
                   "f32 Embedding and LayerNorm, autocast bf16; one parameter the loss never reaches",
                   # 44 parameters, 43 read by the forward: the head's own bias is not
                   # (no gradient either way). Default: embeddings, one per encoder layer,
                   # the head; reduce-scatters per layer and dtype. merge_all: 1, 2.
                   {"unbucketed": (43, 43), "default": (4, 7), "merge_all": (1, 2)}),
-        ModelSpec("transformer-tied-f32", lambda: Transformer(TIED_TRANSFORMER_ARGS), _tokens, _token_loss, None,
+        ModelSpec("transformer-tied-f32", lambda: Transformer(TIED_TRANSFORMER_ARGS), _tokens, token_loss, None,
                   "torch's test Transformer in f32 with the output projection tied to the token embedding",
                   # One all-gather for the tied weight (read by the embedding and the
                   # output), two reduce-scatters for its gradient. Default: the embeddings
@@ -304,13 +304,3 @@ MODELS = {
                   shard=simple_fsdp_closure),
     )
 }
-
-
-def get(name: str) -> ModelSpec:
-    """A model of the family, or a real client (clients.py, `nox -s clients`)."""
-    from .clients import CLIENTS
-
-    spec = MODELS.get(name) or CLIENTS.get(name)
-    if spec is None:
-        raise ValueError(f"unknown model {name!r}; known: {sorted(MODELS) + sorted(CLIENTS)}")
-    return spec

@@ -1,11 +1,12 @@
-"""Train a real model a few steps, compiled, with and without the pass under test.
+"""Train models compiled, with and without the pass under test.
 
 Rank task `run_model_case`: one model of the family, several variants (no pass,
 then the adapter's Inductor pass with each option set), each compiled
 forward + backward through `torch.compile` and stepped with AdamW. Returns,
 per variant, the collectives of every post-grad graph before and after the
 pass, the plan text, and the first byte where its losses, gradients or
-parameters differ from the unbucketed run's.
+parameters differ from the unbucketed run's. Rank task `run_fsdp_autograd`:
+one forward + backward of the hand-sharded toy model (toy_fsdp.py), the same way.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import torch._dynamo
 from torch.distributed.device_mesh import DeviceMesh
 
 from .. import adapters
-from ..harness import _plan_text, count_collectives, first_difference
-from . import family
+from ..harness import count_collectives, first_difference, plan_text
+from . import family, get
 from .simple_fsdp import local_tensor
+from .toy_fsdp import ShardedMLP, loss_fn
 
 
 class Recorder:
@@ -35,7 +37,7 @@ class Recorder:
         if self.inner is not None:
             self.inner(graph)
             plan = getattr(self.inner, "last_plan", None)
-            self.plans.append(_plan_text(plan))
+            self.plans.append(plan_text(plan))
             if plan is not None and hasattr(plan, "skipped"):
                 self.explained.append(len(plan.buckets) + len(plan.skipped))
         self.after.append(count_collectives(graph))
@@ -71,7 +73,7 @@ def train(spec: family.ModelSpec, mesh: DeviceMesh, rank: int, device: str, cust
 
 def run_model_case(ctx, model_id: str, adapter_spec: str, variants: dict, steps: int = 3) -> dict:
     """Rank task: train `model_id` unbucketed and under each named option set; compare bytes."""
-    spec = family.get(model_id)
+    spec = get(model_id)
     adapter = adapters.load(adapter_spec)
     mesh = spec.mesh(ctx.device, ctx.world_size)
     base_losses, base_grads, base_params, base_rec = train(spec, mesh, ctx.rank, ctx.device, None, steps)
@@ -90,3 +92,21 @@ def run_model_case(ctx, model_id: str, adapter_spec: str, variants: dict, steps:
                      "explained": rec.explained}
     return out
 
+
+def run_fsdp_autograd(ctx, adapter_spec: str, layers: int = 2, dim: int = 24, options: dict | None = None) -> dict:
+    """Rank task: the toy FSDP-style model, forward + backward through torch.compile, with and
+    without the pass (built with `options`); loss and every gradient compared byte for byte."""
+    adapter = adapters.load(adapter_spec)
+    group = ctx.groups["world"][2]
+    results = []
+    for custom in (None, adapter.inductor_pass(**(options or {})) if adapter.inductor_pass else None):
+        torch._dynamo.reset()
+        model = ShardedMLP(layers, dim, ctx.world_size, ctx.rank).to(ctx.device)
+        x = torch.randn(4, dim, generator=torch.Generator().manual_seed(ctx.rank)).to(ctx.device)
+        recorder = Recorder(custom)
+        with torch._inductor.config.patch(post_grad_custom_post_pass=recorder, fx_graph_cache=False):
+            loss = torch.compile(loss_fn)(model, x, group)
+            loss.backward()
+        results.append(([loss.detach()] + [p.grad for p in model.parameters()], recorder.after))
+    (plain, plain_counts), (bucketed, counts) = results
+    return {"diff": first_difference(plain, bucketed), "before": plain_counts, "after": counts}

@@ -6,16 +6,16 @@ from __future__ import annotations
 import pytest
 
 from conformance.adapters import BUCKETING
-from conformance.plugin import inductor_case
+from conformance.plugin import expect_result
 from conformance.pool import raise_on_failure
 
 
 @pytest.mark.inductor
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_fsdp_forward_backward(world_size, bucketing_adapter, rank_pools, request):
-    inductor_case(bucketing_adapter, f"fsdp-autograd-w{world_size}", request)
+    expect_result(bucketing_adapter, f"fsdp-autograd-w{world_size}", request, level="inductor")
     results = raise_on_failure(
-        rank_pools.get(world_size).run("conformance.harness:run_fsdp_autograd", timeout_s=600,
+        rank_pools.get(world_size).run("conformance.models.training:run_fsdp_autograd", timeout_s=600,
                                        adapter_spec=bucketing_adapter.spec),
         "fsdp autograd",
     )
@@ -36,10 +36,10 @@ def test_fsdp_forward_backward(world_size, bucketing_adapter, rank_pools, reques
 def test_fsdp_layered_buckets_prefetch_and_stay_bit_identical(bucketing_adapter, rank_pools, request):
     """Buckets that follow layers (no compute allowed inside one bucket), each
     issued one bucket ahead: the reordered forward and backward still match."""
-    inductor_case(bucketing_adapter, "fsdp-autograd-layered-w2", request)
+    expect_result(bucketing_adapter, "fsdp-autograd-layered-w2", request, level="inductor")
     layers = 3
     results = raise_on_failure(
-        rank_pools.get(2).run("conformance.harness:run_fsdp_autograd", timeout_s=600,
+        rank_pools.get(2).run("conformance.models.training:run_fsdp_autograd", timeout_s=600,
                               adapter_spec=bucketing_adapter.spec,
                               layers=layers, options={"locality_flops": 0}),
         "fsdp autograd, layered",

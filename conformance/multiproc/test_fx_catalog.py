@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from conformance import catalog, verdict
-from conformance.checking import skip_reason
 from conformance.plugin import expect_result
 from conformance.pool import raise_on_failure
 
@@ -20,7 +19,7 @@ def _param(case_id: str):
 
 @pytest.mark.parametrize("case_id", [_param(c) for c in catalog.all_case_ids()])
 def test_fx_case(case_id, bucketing_adapter, rank_pools, request):
-    expect_result(bucketing_adapter, case_id, request, skip_reason(case_id, bucketing_adapter))
+    expect_result(bucketing_adapter, case_id, request)
     _, world = catalog.get(case_id)
     pool = rank_pools.get(world)
     results = raise_on_failure(
@@ -43,7 +42,7 @@ if __name__ in ("__main__", "__mp_main__"):
     from torch.testing._internal.common_distributed import MultiProcContinuousTest
     from torch.testing._internal.common_utils import instantiate_parametrized_tests, run_tests
 
-    from conformance.multiproc import FxConformance
+    from conformance import FxConformance
 
     for _world in (2, 3, 4):
         _name = f"TestFxCatalogW{_world}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance import adapters, catalog, verdict
+from conformance import catalog, verdict
 from conformance.gpu import backend_for, suitable_gpu
 from conformance.plugin import expect_result
 from conformance.pool import raise_on_failure
@@ -37,8 +37,8 @@ def _run_on_device(level: str, name: str, world_size: int, rank_pools, adapter, 
     At world size 1 only the bytes are judged: structure expectations are written
     for 2+ ranks."""
     case_id = f"{name}-w{world_size}"
-    expect_result(adapter, adapters.check_id(case_id, level), request)
     backend = backend_for(world_size)
+    expect_result(adapter, case_id, request, level, backend)
     task = "run_fx_case" if level == "fx" else "run_inductor_case"
     results = raise_on_failure(
         rank_pools.get(world_size, backend).run(

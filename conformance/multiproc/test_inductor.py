@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from conformance import catalog, verdict
-from conformance.plugin import inductor_case
+from conformance.plugin import expect_result
 from conformance.pool import raise_on_failure
 
 # Every dtype gloo can move, in a bucket beside bf16, compiled and run: the
@@ -35,7 +35,7 @@ INDUCTOR_CASES = DTYPE_CASES + [
 @pytest.mark.inductor
 @pytest.mark.parametrize("case_id", INDUCTOR_CASES)
 def test_inductor_case(case_id, bucketing_adapter, rank_pools, request):
-    inductor_case(bucketing_adapter, case_id, request)
+    expect_result(bucketing_adapter, case_id, request, level="inductor")
     case, world = catalog.get(case_id)
     results = raise_on_failure(
         rank_pools.get(world).run(
@@ -57,7 +57,7 @@ if __name__ in ("__main__", "__mp_main__"):
     from torch.testing._internal.common_distributed import MultiProcContinuousTest
     from torch.testing._internal.common_utils import instantiate_parametrized_tests, run_tests
 
-    from conformance.multiproc import InductorConformance
+    from conformance import InductorConformance
 
     for _world in sorted({catalog.get(c)[1] for c in INDUCTOR_CASES}):
         _name = f"TestInductorW{_world}"

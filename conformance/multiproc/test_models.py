@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import pytest
 
+from conformance import models
 from conformance.adapters import BUCKETING
 from conformance.models import family
 from conformance.models.clients import CLIENTS
-from conformance.plugin import inductor_case
+from conformance.plugin import expect_result
 from conformance.pool import raise_on_failure
 
 STEPS = 3
@@ -70,8 +71,8 @@ def test_client_trains_bit_identically(model_id, world_size, bucketing_adapter, 
 
 def _check_model(model_id, world_size, bucketing_adapter, rank_pools, request, timeout_s=900):
     """Train unbucketed and per variant; every rank's bytes equal, collective counts as the spec expects."""
-    inductor_case(bucketing_adapter, f"model:{model_id}-w{world_size}", request)
-    spec = family.get(model_id)
+    expect_result(bucketing_adapter, f"model:{model_id}-w{world_size}", request, level="inductor")
+    spec = models.get(model_id)
     variants = spec.variants()
     if world_size > 2:
         variants = {k: v for k, v in variants.items() if k not in TWO_RANKS_ONLY.get(model_id, ())}
@@ -120,7 +121,7 @@ def test_torch_manual_bucketer_with_the_same_plan(model_id, rank_pools):
     torch buckets per entry and dtype (its custom_ops mode), so an entry of bf16
     and f32 parameters costs it two all-gathers where ours issues one.
     """
-    spec = family.get(model_id)
+    spec = family.MODELS[model_id]
     variant = {"module_buckets": spec.variants()["module_buckets"]}
     results = raise_on_failure(
         rank_pools.get(2).run("conformance.models.training:run_model_case", timeout_s=900, model_id=model_id,
