@@ -15,7 +15,8 @@ Three decisions, made once per graph on the timeline taken before the rewrite:
   mismatch (gloo aborts: "Received data size doesn't match expected size").
   The order here depends only on which collectives read which results: a
   topological order of the issue units (merged buckets and every other
-  collective), ties broken by the unit's first collective in graph order.
+  collective), ties broken all-gathers first, then by the unit's first
+  collective in graph order.
 - **Placement** (`place`, `reorder`): a stable topological sort (Kahn's
   algorithm, ready nodes taken by priority). Original nodes keep their old
   position as priority; a bucket's issue nodes take its issue position and go
@@ -36,7 +37,7 @@ from collections import defaultdict
 import torch
 import torch.fx as fx
 
-from .collectives import group_of
+from .collectives import ALL_GATHER, group_of
 from .records import Bucket, When
 from .timeline import Timeline
 
@@ -109,7 +110,14 @@ def units_in_order(timeline: Timeline, buckets: list[Bucket]) -> list[list[fx.No
             readers[low.bit_length() - 1].append(u)
             waiting[u] += 1
             mask ^= low
-    ready = [(positions[units[u][0]], u) for u in range(len(units)) if not waiting[u]]
+    # Among units free to go, all-gathers first: a prefetch must not queue
+    # behind a reduction whose first member came earlier in the graph but
+    # which is issued later, once its last gradient exists.
+    def key(u: int) -> tuple[int, int]:
+        first = units[u][0]
+        return (0 if first.target is ALL_GATHER.target else 1, positions[first])
+
+    ready = [(key(u), u) for u in range(len(units)) if not waiting[u]]
     heapq.heapify(ready)
     order = []
     while ready:
@@ -118,7 +126,7 @@ def units_in_order(timeline: Timeline, buckets: list[Bucket]) -> list[list[fx.No
         for r in readers[u]:
             waiting[r] -= 1
             if not waiting[r]:
-                heapq.heappush(ready, (positions[units[r][0]], r))
+                heapq.heappush(ready, (key(r), r))
     if len(order) != len(units):
         raise RuntimeError("bucketing: the planned buckets depend on each other in a cycle (planning bug)")
     return order

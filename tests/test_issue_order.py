@@ -4,7 +4,7 @@ import torch
 
 import bucketing.core as bc
 
-from .graphs import ag, trace
+from .graphs import ag, rs, trace
 
 c10d = torch.ops._c10d_functional
 f32 = torch.float32
@@ -51,3 +51,24 @@ def test_buckets_issue_in_one_order_whatever_the_positions(group_name):
     early = _issue_order(_two_layers(group_name, late=False))
     late = _issue_order(_two_layers(group_name, late=True))
     assert early == late == ["all_gather_into_tensor", "all_gather_into_tensor_1"]
+
+
+def test_a_prefetch_does_not_queue_behind_a_reduction_issued_later(group_name):
+    """A reduce-scatter bucket whose first gradient comes early but whose last
+    comes late is issued late; an all-gather on the same group placed between
+    its members must not be chained behind it."""
+
+    def f(g1, p, g2, w):
+        r1 = rs(g1 * 2, group_name)
+        gathered = ag(p, group_name)  # independent of both gradients
+        h = (w @ w) @ w  # compute that produces the late gradient
+        r2 = rs(h.reshape(-1)[: g2.numel()] + g2, group_name)
+        return r1, r2, gathered @ w
+
+    gm = trace(f, ((16,), f32), ((2, 8), f32), ((32,), f32), ((8, 8), f32))
+    plan = bc.bucket_collectives(gm, policy="merge_all", collectives=("reduce_scatter",))
+    assert plan.counts() == {"reduce_scatter": 1}
+    nodes = list(gm.graph.nodes)
+    gather = next(i for i, n in enumerate(nodes) if n.target is c10d.all_gather_into_tensor.default)
+    scatter = next(i for i, n in enumerate(nodes) if n.target is c10d.reduce_scatter_tensor.default)
+    assert gather < scatter, gm.graph
