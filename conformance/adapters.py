@@ -42,6 +42,15 @@ class PassAdapter:
     spec: str = ""  # how it was named to `load` ("torch", "pkg.mod:obj"); rank tasks load it again by this
     # Catalog options (catalog.OPTIONS) the pass acts on; None: all of them.
     honours: frozenset[str] | None = None
+    # Whether the pass claims bit-identical reductions at any group size, for a case's
+    # options: a bool or fn(options) -> bool. Claimed: every output is compared byte for
+    # byte; else a merged floating sum over more than 2 ranks must stay within the
+    # reordering bound (harness.reordering_bound), everything else byte for byte.
+    exact_reductions: bool | Callable[[dict], bool] = False
+
+    def claims_exact_reductions(self, options: dict) -> bool:
+        exact = self.exact_reductions
+        return bool(exact(options) if callable(exact) else exact)
 
     def unhonoured(self, options: dict) -> str | None:
         """Why a case with `options` cannot hold this pass to its collective counts, or None.
@@ -71,8 +80,12 @@ def _project_inductor_pass(**options):
     return bucketing.BucketingPass(**options)
 
 
+def _project_exact(options: dict) -> bool:
+    return options.get("exact_reductions") is True
+
+
 PROJECT = PassAdapter(name="project", spec="project", expectations=BUCKETING, apply_fx=_project_apply,
-                      inductor_pass=_project_inductor_pass)
+                      inductor_pass=_project_inductor_pass, exact_reductions=_project_exact)
 
 
 # torch's built-in bucketing (torch/_inductor/fx_passes/bucketing.py).
@@ -119,6 +132,8 @@ RANK_BAKED = "bakes the rank into the graph (this rank's slot offset), so every 
 ADJACENT_ONLY = 'merges only adjacent collectives of one key: interleaved dtypes, groups or ops stay unmerged'
 USE_BEFORE_DEF = "leaves a node used before it is defined when a member's user sits between members (graph fails lint)"
 NO_LOCALITY = 'has no locality policy (merges every collective of one key up to the cap), and merges only adjacent collectives'
+SEVERAL_WAITS = ("expects one wait_tensor per collective: a reduce-scatter waited twice stops the pass "
+                 "('Expected single user for reduce_scatter_tensor')")
 
 TORCH_BUILTIN_FAILURES = (
     Known(SMALLEST_DTYPE_ON_GLOO, (
@@ -177,6 +192,9 @@ TORCH_BUILTIN_FAILURES = (
     )),
     Known(NO_LOCALITY, (
         'policy-*',
+    )),
+    Known(SEVERAL_WAITS, (
+        'real-rs-waits-w*',
     )),
     # Compiled checks (`inductor:` ids, conformance/multiproc/test_inductor.py): a pass may fail a
     # case at FX level (a graph that differs per rank) and still compile to the same results.
@@ -308,6 +326,9 @@ TORCH_OVERLAP_FAILURES = (
     Known(OVERLAP_CYCLE, (
         'ag-members-300-w*',
     ),),
+    Known(SEVERAL_WAITS, (
+        'real-rs-waits-w*',
+    ),),
     Known(OVERLAP_GLOO_DTYPE, (
         'ag-3way-w*', 'ag-pair-bf16-e4m3-w*', 'ag-pair-bf16-e5m2-w*', 'ag-pair-f64-e4m3-w*', 'ag-pair-f64-e5m2-w*',
         'ag-pair-f64-i16-w*', 'ag-perdtype-bf16-e4m3-w*', 'ag-perdtype-bf16-e5m2-w*', 'ag-single-e4m3-w*',
@@ -373,7 +394,7 @@ TORCH_OVERLAP = PassAdapter(
 
 # A pass that changes nothing: what the suite's checks hold for an unbucketed graph.
 IDENTITY = PassAdapter(name="identity", spec="identity", expectations=SEMANTICS_ONLY,
-                       apply_fx=lambda gm, **options: None)
+                       apply_fx=lambda gm, **options: None, exact_reductions=True)
 
 BUILTIN = {adapter.name: adapter for adapter in (PROJECT, TORCH_BUILTIN, TORCH_MANUAL, TORCH_OVERLAP, IDENTITY)}
 

@@ -5,9 +5,14 @@ collective counts expected after bucketing (`None`: the graph keeps its
 collectives). Adding a case here gives it the FX-level bitwise check on every
 world size it lists, the structure check, and the cross-rank plan check.
 
-Reductions (reduce-scatter, all-reduce) use small integer-valued inputs in
-every dtype (see programs.make_inputs), so sums over 3 and 4 ranks are exact in
-any order and bitwise equality is meaningful.
+Outputs are compared byte for byte, except where a merged reduction may add in
+another order: a sum over more than 2 ranks, by a pass that does not claim exact
+reductions for the case's options (PassAdapter.exact_reductions). Each element of
+those must stay within the reordering bound (harness.reordering_bound). Cases
+named `real-*` give every rank its own real-valued data (`Step.data`) and check
+exactly that. Integer data (`data="int"`, small integers, exact in any order)
+tests data movement only: the other reduction cases use it to check every dtype,
+op, shape and structure bit for bit, whatever the summation order.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ OPTIONS = {
     "locality_flops": "compute (FLOPs) a bucket may span before it is closed, under the locality rule",
     "copy_out": "how members leave a merged buffer: 'copy' (dense, bit-identical), 'packed' or 'views'",
     "module_buckets": "explicit plan: entries of module FQNs whose collectives share a bucket",
+    "exact_reductions": "True: reductions merge only where the result stays bit-identical (groups of at most 2)",
 }
 
 
@@ -49,7 +55,8 @@ OPTIONS = {
 class Case:
     name: str
     steps: tuple[Step, ...]
-    expect: dict[str, int] | None  # collectives of each kind after bucketing; None: unchanged
+    # Collectives of each kind after bucketing (None: unchanged), or fn(world size) -> that.
+    expect: dict[str, int] | None | Callable[[int], dict[str, int] | None]
     options: Options = dataclasses.field(default_factory=dict)
     world_sizes: tuple[int, ...] = WORLD_SIZES
     note: str = ""
@@ -61,6 +68,9 @@ class Case:
     def options_for(self, world_size: int) -> dict:
         options = self.options(world_size) if callable(self.options) else dict(self.options)
         return check_options(options, f"case {self.name}")
+
+    def expect_for(self, world_size: int) -> dict[str, int] | None:
+        return self.expect(world_size) if callable(self.expect) else self.expect
 
     def ids(self) -> list[str]:
         return [f"{self.name}-w{w}" for w in self.world_sizes]
@@ -247,6 +257,29 @@ def _cases() -> list[Case]:
     add(Case("ag-count-cap-1", five, None, {"max_bucket_count": 1}))
     add(Case("ag-kind-filter", five + (rs(f32, 3), rs(f32, 2)), {"all_gather": 5, "reduce_scatter": 1},
              {"collectives": ("reduce_scatter",)}))
+
+    # Real-valued data, different on every rank: a merged sum over more than 2
+    # ranks may add in another order. Default options: bit-identical at 2 ranks,
+    # within the reordering bound above. exact_reductions=True: merged at 2 ranks,
+    # left as they were above, bit-identical everywhere.
+    def exact_variant(name, steps, merged, note):
+        add(Case(name, steps, merged, note=note))
+        add(Case(f"{name}-exact", steps, lambda w, _m=merged: _m if w <= 2 else None, {"exact_reductions": True},
+                 note=note + "; exact_reductions: merged only on groups of 2"))
+
+    for data in ("normal", "mixed"):
+        for d in (f32, bf16):
+            sizes = ((5,), (3, 7), (1000,), (1,), (17, 3), (4096,), (2,))
+            exact_variant(f"real-ar-{data}-{dname(d)}", tuple(ar(d, *s, data=data) for s in sizes),
+                          {"all_reduce": 1}, f"merged all-reduces of {data} data")
+    for d in (f32, bf16):
+        many = [rs(d, 1 + i % 7, data="mixed") for i in range(40)]
+        many.insert(20, rs(d, 300_000, data="mixed"))
+        exact_variant(f"real-rs-many-{dname(d)}", tuple(many), {"reduce_scatter": 1},
+                      "40 small reduce-scatters and one of 300000 elements per rank, mixed magnitudes")
+    add(Case("real-rs-waits", (rs(f32, 5, data="normal", waits=2), rs(f32, 3, 2, data="normal"),
+                               rs(f32, 7, data="normal", waits=2, use_now=True)),
+             {"reduce_scatter": 1}, note="results waited twice, each wait's result used"))
     return cases
 
 

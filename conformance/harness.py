@@ -2,8 +2,10 @@
 
 Each rank traces the case program under fake mode with the real process group,
 applies the pass under test to one copy, runs both graphs for real and compares
-every output byte for byte. The rank returns what the test process needs to
-judge: collective counts before and after, the first differing byte, the plan
+every output byte for byte, except the results of sums that a merge may
+reorder, which must stay within the reordering bound (`reordering_bounds`). The
+rank returns what the test process needs to judge: collective counts before and
+after, the first differing byte, the first element beyond its bound, the plan
 text, and a digest of the rewritten graph (all ranks must build the same one).
 """
 
@@ -17,7 +19,7 @@ import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from . import adapters, catalog
-from .programs import GLOO_UNSUPPORTED, build, make_inputs
+from .programs import GLOO_UNSUPPORTED, build, collective_input, make_inputs, output_steps
 
 c10d = torch.ops._c10d_functional
 aten = torch.ops.aten
@@ -101,6 +103,82 @@ def first_difference(expected, actual) -> tuple[int, int, str] | None:
     return None
 
 
+# Unit roundoff of the dtypes a sum may be reordered in (integer sums are exact in any order).
+UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24, torch.float64: 2.0**-53}
+
+
+def reordering_bound(abs_sum: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """How far two summation orders of n terms may part, per element:
+    2 (n - 1) u sum_i |x_i| (float64), u the unit roundoff of `dtype`."""
+    return 2 * (n - 1) * UNIT_ROUNDOFF[dtype] * abs_sum.to(torch.float64)
+
+
+def reordering_bounds(ctx, steps, inputs, exact: bool) -> list[torch.Tensor | None]:
+    """Per output of the program: the bound each element must stay within, or None where
+    the bytes must match. A bound applies to a floating sum over more than 2 ranks (a
+    merge may add in another order; 2 values add the same in any order) when the pass
+    claims no exact reductions (`exact`), and only to the result itself or its `consume`
+    (x 2, exact); everything else (all-gathers, min/max, integers, matmuls) is bytes.
+
+    sum_i |x_i| comes from an all_reduce of |x| in float64 over the step's group rather
+    than from regenerating the other ranks' inputs: it sees exactly what each rank's
+    collective received (slices, casts) and needs no group membership. Its own error
+    (float64, at most 4 terms) is far below the bound. Every rank must call this with
+    the same steps and `exact`: the all_reduces run in lockstep."""
+    per_step = []
+    for step, x in zip(steps, inputs):
+        _, size, group = ctx.groups[step.group]
+        if (exact or size <= 2 or step.kind == "all_gather" or step.reduce_op != "sum"
+                or step.dtype not in UNIT_ROUNDOFF or step.matmul_now):
+            per_step.append(None)
+            continue
+        abs_sum = collective_input(step, x).abs().to(torch.float64).contiguous()
+        dist.all_reduce(abs_sum, group=group)
+        if step.kind == "reduce_scatter":  # this rank's part
+            abs_sum = abs_sum.narrow(0, dist.get_rank(group) * step.shape[0], step.shape[0])
+        bound = reordering_bound(abs_sum, size, step.dtype)
+        per_step.append(bound * 2 if step.use_now else bound)  # consume() doubles: exact
+    return [per_step[i] for i in output_steps(steps)]
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().reshape(-1).contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def compare(expected, actual, bounds) -> tuple[tuple | None, tuple | None, list]:
+    """(diff, beyond, reordered): the first byte mismatch (`first_difference`, output
+    index in the program) among the outputs without a bound; the first element beyond
+    its bound, (output, element, what), or None; and for each bounded output whose
+    bytes differ (output, largest |difference|, its bound, largest |difference| / bound).
+    NaN and infinities must match bit for bit."""
+    if len(expected) != len(actual):
+        return first_difference(expected, actual), None, []
+    bounded = [bound is not None and e is not None and a is not None and e.dtype == a.dtype and e.shape == a.shape
+               for e, a, bound in zip(expected, actual, bounds)]
+    bytewise = [i for i, b in enumerate(bounded) if not b]
+    diff = first_difference([expected[i] for i in bytewise], [actual[i] for i in bytewise])
+    if diff is not None:
+        diff = (bytewise[diff[0]], *diff[1:])
+    reordered, first = [], None
+    for i in (i for i, b in enumerate(bounded) if b):
+        e, a, bound = expected[i], actual[i], bounds[i]
+        same = _bits(e) == _bits(a)
+        if bool(same.all()):
+            continue
+        delta = (a.detach().reshape(-1).to(torch.float64) - e.detach().reshape(-1).to(torch.float64)).abs()
+        bound = bound.reshape(-1)
+        within = same | (delta <= bound)
+        ratio = torch.where(same | (delta == 0), 0.0, delta / bound)
+        worst = int(delta.nan_to_num(float("inf")).argmax())
+        reordered.append((i, float(delta[worst]), float(bound[worst]), float(ratio.nan_to_num(float("inf")).max())))
+        if first is None and not bool(within.all()):
+            k = int((~within).nonzero()[0])
+            first = (i, k, f"element {k}: expected {float(e.reshape(-1)[k])!r}, got {float(a.reshape(-1)[k])!r}, "
+                           f"|difference| {float(delta[k]):.3g} > bound {float(bound[k]):.3g}; largest difference "
+                           f"{float(delta[worst]):.3g} (bound there {float(bound[worst]):.3g})")
+    return diff, first, reordered
+
+
 def rank_neutral_text(graph: fx.Graph, groups: dict) -> str:
     """The graph as text with group names replaced by their roles ("pairs"), so
     ranks in different subgroups of the same role compare equal."""
@@ -147,7 +225,8 @@ def check_steps(ctx, steps, options: dict, seed_text: str, adapter_spec="project
     gather_bytes_where_unsupported(gm, ctx.backend)
     expected = reference(*inputs)
     actual = gm(*inputs)
-    diff = first_difference(expected, actual)
+    bounds = reordering_bounds(ctx, steps, inputs, adapter.claims_exact_reductions(options))
+    diff, beyond, reordered = compare(expected, actual, bounds)
     digest = hashlib.sha256(code.encode()).hexdigest()
     digests = [None] * ctx.world_size
     dist.all_gather_object(digests, digest)
@@ -155,6 +234,8 @@ def check_steps(ctx, steps, options: dict, seed_text: str, adapter_spec="project
         "before": before,
         "after": after,
         "diff": diff,
+        "beyond_bound": beyond,
+        "reordered": reordered,
         "plan": plan_text(plan),
         "same_graph_on_all_ranks": len(set(digests)) == 1,
     }
