@@ -48,6 +48,7 @@ import torch
 import torch.nn.functional as F
 
 from conformance import fake_cuda
+from conformance.codegen import retarget_to_cuda
 
 GPUS_PER_NODE = 8
 
@@ -426,32 +427,6 @@ def _no_caches():
                                         autotune_local_cache=False, autotune_remote_cache=False)
 
 
-def _to_cuda(x):
-    """A CPU tensor or fake tensor as a fake tensor of the same layout on `cuda`."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    if isinstance(x, torch.device):
-        return torch.device("cuda", 0) if x.type == "cpu" else x
-    if not isinstance(x, torch.Tensor):
-        return x
-    mode = x.fake_mode if isinstance(x, FakeTensor) else torch._guards.detect_fake_mode()
-    with mode:
-        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cuda")
-
-
-def _retarget(gm: torch.fx.GraphModule, inputs) -> list:
-    """Move an aten graph and its example inputs from the CPU to `cuda`, in place."""
-    from torch.utils._pytree import tree_map
-
-    for node in gm.graph.nodes:
-        if "val" in node.meta:
-            node.meta["val"] = tree_map(_to_cuda, node.meta["val"])
-        node.args = tree_map(_to_cuda, node.args)
-        node.kwargs = tree_map(_to_cuda, node.kwargs)
-    gm.recompile()
-    return [_to_cuda(x) for x in inputs]
-
-
 def _capture(step: Callable, inputs: tuple, g: Gpu | None) -> list:
     """The forward and backward graphs of `step(*inputs)` where Inductor's
     post-grad custom pass sees them: on `cuda` for GPU `g`, or on the CPU."""
@@ -467,7 +442,7 @@ def _capture(step: Callable, inputs: tuple, g: Gpu | None) -> list:
         wanted = len(captured) + 1
         device = contextlib.nullcontext()
         if g is not None:
-            example_inputs = _retarget(gm, example_inputs)
+            example_inputs = retarget_to_cuda(gm, example_inputs)
             device = fake_device(g)
         try:
             with device:

@@ -46,7 +46,7 @@ def _to_cuda(x):
         return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cuda")
 
 
-def _retarget(gm: torch.fx.GraphModule, inputs):
+def retarget_to_cuda(gm: torch.fx.GraphModule, inputs):
     """Move an aten graph and its example inputs from the CPU to `cuda`, in place."""
     for node in gm.graph.nodes:
         if "val" in node.meta:
@@ -84,7 +84,7 @@ def _backend(sink: list[str], arch: str | None):
         target = contextlib.nullcontext()
         if arch is not None:
             target = fake_cuda.target(arch)
-            example_inputs = _retarget(gm, example_inputs)
+            example_inputs = retarget_to_cuda(gm, example_inputs)
         with target, _codegen_only(sink):
             compile_fx_inner(gm, example_inputs, **kwargs)
         return gm  # never run: the backend below runs the Dynamo graph itself
