@@ -22,7 +22,8 @@ Three decisions, made once per graph on the timeline taken before the rewrite:
   position as priority; a bucket's issue nodes take its issue position and go
   after the previous bucket's wait and copy-out placed there, before the
   original node at that position; wait and copy-out nodes take their first
-  user's position, so they run just before it. Nodes with side effects stay
+  user's position, so they run just before it; so does the wait of a
+  collective left as it was. Nodes with side effects stay
   in their segment: everything before a barrier stays before it and
   everything after stays after it. Seeded random nodes keep their order among
   themselves (planning made sure it can). Each group's collectives are chained
@@ -37,7 +38,7 @@ from collections import defaultdict
 import torch
 import torch.fx as fx
 
-from .collectives import ALL_GATHER, group_of
+from .collectives import ALL_GATHER, WAIT, group_of
 from .records import Bucket, When
 from .timeline import Timeline
 
@@ -215,6 +216,14 @@ def reorder(
             priority[node] = (first[0], first[1] - 1, first[2])
         else:
             priority[node] = fallback_priority[node]
+    # The wait of a collective left as it was goes just before its first user,
+    # as a bucket's does: a reduction issued late in the chains is not waited
+    # on at once.
+    for node in reversed(nodes):
+        if node.target is WAIT and node in timeline.position and node.users:
+            first = min(priority[u] for u in node.users)
+            if first > priority[node]:
+                priority[node] = (first[0], first[1] - 1, first[2])
 
     successors: dict[fx.Node, list[fx.Node]] = defaultdict(list)
     indegree = dict.fromkeys(nodes, 0)

@@ -72,3 +72,24 @@ def test_a_prefetch_does_not_queue_behind_a_reduction_issued_later(group_name):
     gather = next(i for i, n in enumerate(nodes) if n.target is c10d.all_gather_into_tensor.default)
     scatter = next(i for i, n in enumerate(nodes) if n.target is c10d.reduce_scatter_tensor.default)
     assert gather < scatter, gm.graph
+
+
+def test_the_wait_of_a_collective_left_alone_moves_to_its_first_user(group_name):
+    """A lone reduce-scatter's wait goes just before the first read of its result,
+    as a bucket's wait does, so compute in between hides it."""
+
+    def f(g, p, q, w):
+        alone = rs(g, group_name)
+        gathered = ag(p, group_name) + ag(q, group_name)
+        h = (w @ w) @ w
+        return h, gathered, alone * 2
+
+    gm = trace(f, ((16,), torch.bfloat16), ((2, 8), f32), ((2, 8), f32), ((8, 8), f32))
+    plan = bc.bucket_collectives(gm, policy="merge_all")
+    assert plan.counts() == {"all_gather": 1}
+    nodes = list(gm.graph.nodes)
+    scatter = next(n for n in nodes if n.target is c10d.reduce_scatter_tensor.default)
+    (wait,) = scatter.users
+    matmuls = [i for i, n in enumerate(nodes) if n.target is torch.ops.aten.mm.default]
+    assert nodes.index(wait) > max(matmuls), gm.graph
+    assert nodes.index(wait) == nodes.index(next(iter(wait.users))) - 1
