@@ -205,7 +205,8 @@ def main_worker(rank: int, world: int, args, init_method: str | None):
 
     counting = CountingPass()
     base = compile_variant("unbucketed", counting, args, rank, world, group, device)
-    options = {"multidtype": not args.no_multidtype, "policy": args.policy}
+    options = {"multidtype": not args.no_multidtype, "policy": args.policy,
+               "exact_reductions": args.exact_reductions}
     if args.locality_flops is not None:
         options["locality_flops"] = args.locality_flops
     if args.bucket_cap_mb is not None:
@@ -279,6 +280,8 @@ def parse_args(argv=None):
                         "locality: buckets follow where results are needed; merge_all: the cap alone")
     p.add_argument("--locality-flops", type=float, default=None,
                    help="compute one bucket may span (default: what one collective's latency is worth)")
+    p.add_argument("--exact-reductions", action="store_true",
+                   help="merge reductions only where the result is bit-identical (groups of 2)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = p.parse_args(argv)
     for name in ("world_size", "layers", "dim", "batch", "steps"):
