@@ -138,9 +138,8 @@ def _workload(args, rank: int, world: int, group, device: str):
     spec = family.MODELS[TRANSFORMER]
     mesh = spec.mesh(device, world)
     model = spec.build(mesh, device)
-    # Each rank its own batch, as in real training (the model family's checks
-    # share one batch above 2 ranks to stay bit-identical: ModelSpec.batch_for).
-    tokens, targets = spec.batch(rank, device)
+    # Each rank its own batch, as in real training (ModelSpec.batch_for).
+    tokens, targets = spec.batch_for(mesh, rank, device)
 
     def transformer_loss(model, tokens, targets):
         with spec.autocast(device):

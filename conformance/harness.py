@@ -103,6 +103,15 @@ def first_difference(expected, actual) -> tuple[int, int, str] | None:
     return None
 
 
+def largest_difference(expected, actual) -> float:
+    """The largest |expected - actual| over all elements of all outputs (0.0 when bit-identical)."""
+    largest = 0.0
+    for e, a in zip(expected, actual):
+        if e is not None and a is not None and e.numel():
+            largest = max(largest, float((e.detach().double() - a.detach().double()).abs().max()))
+    return largest
+
+
 # Unit roundoff of the dtypes a sum may be reordered in (integer sums are exact in any order).
 UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24, torch.float64: 2.0**-53}
 

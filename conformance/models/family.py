@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing._internal.distributed._tensor.common_dtensor import MLPStacked, ModelArgs, Transformer
 
-from .simple_fsdp import simple_fsdp, simple_fsdp_closure
+from .simple_fsdp import simple_fsdp, simple_fsdp_closure, simple_fsdp_parametrize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,7 @@ class ModelSpec:
 
     def variants(self) -> dict[str, dict]:
         """Pass options per variant, each compared with the unbucketed run."""
-        out = dict(VARIANTS)
+        out = {**VARIANTS, **EXACT_VARIANTS}
         if self.module_plan is not None:
             out["module_buckets"] = {"module_buckets": self.module_plan}
         return out
@@ -61,15 +61,14 @@ class ModelSpec:
         return DeviceMesh(device, torch.arange(world_size).view(self.mesh_shape), mesh_dim_names=self.mesh_dim_names)
 
     def batch_for(self, mesh, rank: int, device: str) -> tuple:
-        """The batch `rank` trains on. Reductions over two ranks (every mesh dim
-        of size 2 at most): each data-parallel rank its own batch (a sum of two is
-        exact in any order). Over more ranks a merged reduce-scatter sums in
-        another ring order than the unbucketed one, so every rank trains on the
-        same batch; the reductions then add equal values, which any order rounds
-        alike. Tensor-parallel ranks compute on one batch: it follows the dp rank."""
-        if max(mesh.shape) > 2:
-            return self.batch(0, device)
+        """The batch `rank` trains on: each data-parallel rank its own, as in
+        training. Tensor-parallel ranks compute on one batch: it follows the dp rank."""
         return self.batch(mesh.get_local_rank("dp") if "tp" in (mesh.mesh_dim_names or ()) else rank, device)
+
+    def reduction_group_size(self, world_size: int) -> int:
+        """The largest group a gradient is summed over: a merged reduction over
+        more than 2 ranks may round otherwise (docs/design.md, "What stays the same")."""
+        return world_size if self.mesh_shape is None else max(self.mesh_shape)
 
     def build(self, mesh, device: str) -> torch.nn.Module:
         torch.manual_seed(0)  # the same full weights on every rank; each keeps its shard
@@ -148,15 +147,16 @@ class LMLogits(torch.nn.Module):
     """A `transformers` language model (`{architecture}For{task}`) returning
     logits; bf16 Linear, f32 Embedding, norms and expert weights."""
 
-    def __init__(self, architecture: str, task: str = "CausalLM", **config):
+    def __init__(self, architecture: str, task: str = "CausalLM", model_class: str = "", bf16: str = "Linear",
+                 **config):
         super().__init__()
         import transformers  # imported when the model is built
 
         config = getattr(transformers, f"{architecture}Config")(**{**LLAMA_CONFIG, **config})
         config._attn_implementation = "sdpa"
-        self.model = getattr(transformers, f"{architecture}For{task}")(config)
+        self.model = getattr(transformers, model_class or f"{architecture}For{task}")(config)
         for module in self.model.modules():
-            if isinstance(module, torch.nn.Linear):
+            if type(module).__name__ == bf16:
                 module.to(torch.bfloat16)
 
     def forward(self, tokens):
@@ -208,8 +208,80 @@ def _blocks_batch(rank: int, device: str) -> tuple:
     return torch.randn(8, 32, generator=gen).to(device), torch.randn(8, 32, generator=gen).to(device)
 
 
+
+class BasicBlock(torch.nn.Module):
+    """ResNet's basic block: two 3x3 convolutions with BatchNorm, a shortcut
+    that is a strided 1x1 convolution with BatchNorm where the shape changes."""
+
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(cout)
+        self.conv2 = torch.nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = torch.nn.Sequential(torch.nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                                  torch.nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+
+class ResNet18(torch.nn.Module):
+    """torchvision's resnet18 layout (stem, 4 stages of 2 basic blocks, 3 with a
+    downsample shortcut, pooled linear head: 62 parameters) at widths 8 to 64,
+    for 16x16 images; BatchNorm in training mode updates its running statistics
+    in place in the compiled graph."""
+
+    def __init__(self, widths: tuple[int, ...] = (8, 16, 32, 64), classes: int = 10):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, widths[0], 3, 1, 1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(widths[0])
+        stages, cin = [], widths[0]
+        for i, width in enumerate(widths):
+            stages.append(torch.nn.Sequential(BasicBlock(cin, width, 1 if i == 0 else 2), BasicBlock(width, width, 1)))
+            cin = width
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.fc = torch.nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def _images(rank: int, device: str) -> tuple:
+    gen = torch.Generator().manual_seed(5000 + rank)
+    return torch.randn(4, 3, 16, 16, generator=gen).to(device), torch.randint(0, 10, (4,), generator=gen).to(device)
+
+
+def _cross_entropy(logits, targets):
+    return F.cross_entropy(logits, targets)
+
+
+# GPT-2 at the Llama's sizes: Conv1D projections (bf16), learned positions, the
+# LM head tied to the token embedding (f32, as the LayerNorms), no dropout.
+GPT2_CONFIG = dict(n_inner=256, tie_word_embeddings=True, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                   bos_token_id=None, eos_token_id=None)  # its defaults lie outside this vocabulary
+
 # Pass options per variant, each compared with the unbucketed run.
 VARIANTS = {"default": {}, "merge_all": {"policy": "merge_all"}}
+# The same under exact_reductions: bit-identical at every world size.
+EXACT_VARIANTS = {f"exact-{name}": {**options, "exact_reductions": True} for name, options in VARIANTS.items()}
+
+# 62 parameters, 59 reduce-scatters: in each of the 3 downsampling blocks the
+# shortcut BatchNorm's bias has the second BatchNorm's bias gradient (both sum
+# the block's output gradient), and the graph reduces it once for both.
+# Default: the stem, each basic block, the head; merge_all: one of each.
+RESNET_EXPECT = {"unbucketed": (62, 59), "default": (10, 10), "merge_all": (1, 1)}
+# The tied weight is gathered once and its gradient reduced for each use (as
+# the tied Transformer's). Default: the embeddings, one per layer (12 members,
+# bf16 and f32), the final norm; reduce-scatters: the final norm with the head's
+# use, per layer and dtype, the embeddings'. merge_all: one, one per dtype.
+GPT2_EXPECT = {"unbucketed": (28, 29), "default": (4, 6), "merge_all": (1, 2)}
 
 MODELS = {
     spec.name: spec
@@ -225,6 +297,23 @@ MODELS = {
                   {"unbucketed": (29, 29), "default": (4, 7), "merge_all": (1, 2), "module_buckets": (4, 7),
                    "torch-manual": (7, 7)},
                   module_plan=[["tok_embeddings", "pos_embeddings"], "layers.0", "layers.1", ["norm", "output"]]),
+        ModelSpec("transformer-parametrize-bf16-f32", _mixed_transformer, _tokens, token_loss, torch.bfloat16,
+                  "the bf16 + f32 Transformer sharded through torch.nn.utils.parametrize (each parameter the "
+                  "original of a parametrization)",
+                  # As the Transformer without parametrize: a parametrization belongs
+                  # to the module it parametrizes.
+                  {"unbucketed": (29, 29), "default": (4, 7), "merge_all": (1, 2)},
+                  shard=simple_fsdp_parametrize),
+        ModelSpec("resnet18-f32", ResNet18, _images, _cross_entropy, None,
+                  "ResNet-18's layout (convolutions, BatchNorm updating running statistics in place, "
+                  "downsample shortcuts) at widths 8-64 in f32",
+                  RESNET_EXPECT),
+        ModelSpec("gpt2-hf-bf16-f32",
+                  lambda: LMLogits("GPT2", model_class="GPT2LMHeadModel", bf16="Conv1D", **GPT2_CONFIG),
+                  _llama_tokens, token_loss, torch.bfloat16,
+                  "transformers' GPT2LMHeadModel (2 layers, hidden 128): bf16 Conv1D projections, f32 learned "
+                  "positions, LayerNorms and token embedding tied to the LM head, autocast bf16",
+                  GPT2_EXPECT),
         ModelSpec("transformer-hsdp-bf16-f32", _mixed_transformer, _tokens, token_loss, torch.bfloat16,
                   "the bf16 + f32 Transformer under HSDP on a 2x2 mesh: parameters sharded over 2 ranks, "
                   "replicated over 2",
@@ -295,7 +384,7 @@ MODELS = {
                   # The plan: 3 all-gathers, 3 reduce-scatter buckets per dtype.
                   {"unbucketed": (8, 8), "default": (4, 8), "merge_all": (1, 2), "module_buckets": (3, 6),
                    "torch-manual": (6, 6)},
-                  module_plan=["layers.0", "layers.1", ["layers.2", "layers.3"]]),
+                  module_plan=["layers.0", "layers.1", ["layers.2", "layers.3"]], world_sizes=(2, 3, 4)),
         ModelSpec("blocks4-closure-bf16-f32", Blocks, _blocks_batch, _mse, None,
                   "the 4 blocks sharded torchtitan's way: a parametrization module in each property's closure",
                   # As blocks4: the parametrization module Dynamo reaches through the

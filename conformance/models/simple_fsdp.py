@@ -129,3 +129,23 @@ def simple_fsdp_closure(model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Mo
             _CLOSURE_CLASSES[key] = type(f"SimpleFSDP{module.__class__.__name__}", (module.__class__,), properties)
         module.__class__ = _CLOSURE_CLASSES[key]
     return model
+
+
+def simple_fsdp_parametrize(model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
+    """`simple_fsdp` through `torch.nn.utils.parametrize`: each sharded parameter
+    is the `original` of a `ReplicateParameter` parametrization, so Dynamo names
+    its gather `<module>.parametrizations.<name>[0]`. Tied parameters are not
+    supported (parametrize gives each use its own original)."""
+    from torch.nn.utils import parametrize
+
+    sharded: dict[int, tuple] = {}
+    for module in list(model.modules()):
+        if isinstance(module, (parametrize.ParametrizationList, ReplicateParameter)):
+            continue
+        layouts = _shard_parameters(module, mesh, sharded)
+        if any(tp is not None for tp in layouts.values()):
+            raise ValueError("simple_fsdp_parametrize: model holds tensor-parallel parameters; use simple_fsdp")
+        for name in layouts:
+            # unsafe: the check would call the parametrization (a collective) at registration.
+            parametrize.register_parametrization(module, name, ReplicateParameter(), unsafe=True)
+    return model

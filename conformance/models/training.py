@@ -4,8 +4,8 @@ Rank task `run_model_case`: one model of the family, several variants (no pass,
 then the adapter's Inductor pass with each option set), each compiled
 forward + backward through `torch.compile` and stepped with AdamW. Returns,
 per variant, the collectives of every post-grad graph before and after the
-pass, the plan text, and the first byte where its losses, gradients or
-parameters differ from the unbucketed run's. Rank task `run_fsdp_autograd`:
+pass, the plan text, the first byte where its losses, gradients or
+parameters differ from the unbucketed run's, and the largest difference of each. Rank task `run_fsdp_autograd`:
 one forward + backward of the hand-sharded toy model (toy_fsdp.py), the same way.
 """
 
@@ -16,7 +16,7 @@ import torch._dynamo
 from torch.distributed.device_mesh import DeviceMesh
 
 from .. import adapters
-from ..harness import count_collectives, first_difference, plan_text
+from ..harness import count_collectives, first_difference, largest_difference, plan_text
 from . import family, get
 from .simple_fsdp import local_tensor
 from .toy_fsdp import ShardedMLP, loss_fn
@@ -81,15 +81,15 @@ def run_model_case(ctx, model_id: str, adapter_spec: str, variants: dict, steps:
     for name, options in variants.items():
         custom = adapter.inductor_pass(**options) if adapter.inductor_pass else None
         losses, grads, params, rec = train(spec, mesh, ctx.rank, ctx.device, custom, steps)
-        diff = None
+        diff, largest = None, {}
         for what, a, b in (("loss", base_losses, losses), ("gradient", base_grads, grads),
                            ("parameter", base_params, params)):
             d = first_difference(a, b)
-            if d is not None:
+            if d is not None and diff is None:
                 diff = (what, *d)
-                break
+            largest[what] = largest_difference(a, b)
         out[name] = {"before": rec.before, "after": rec.after, "plans": rec.plans, "diff": diff,
-                     "explained": rec.explained}
+                     "largest": largest, "loss": float(base_losses[-1]), "explained": rec.explained}
     return out
 
 

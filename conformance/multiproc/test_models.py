@@ -1,12 +1,14 @@
 """The model family: real models trained compiled, bucketed vs unbucketed, bit for bit.
 
 Each model (conformance/models/family.py) is sharded SimpleFSDP-style and
-trained a few AdamW steps through torch.compile on gloo ranks: unbucketed,
-then under each variant of the pass. Losses, first-step gradients and final
-parameters must match the unbucketed run byte for byte on every rank, and the
-collectives per graph must be what a user of the model expects. At 4 ranks
-every rank trains on the same batch, so reductions add equal values and any
-summation order gives the same bits (see training.py).
+trained a few AdamW steps through torch.compile on gloo ranks, each rank on
+its own batch: unbucketed, then under each variant of the pass. The
+collectives per graph must be what a user of the model expects, and losses,
+first-step gradients and final parameters must match the unbucketed run byte
+for byte on every rank wherever the promise says so (docs/design.md): always
+under `exact_reductions`, and at any option where gradients are summed over 2
+ranks at most. Above that, merged reductions may round otherwise: the test
+reports the largest difference and checks the losses stay close.
 """
 
 from __future__ import annotations
@@ -30,19 +32,26 @@ TWO_RANKS_ONLY = {"transformer-bf16-f32": {"module_buckets"}}
 # has a parameter without a gradient), the
 # tied Transformer (the default session checks its sharding eagerly:
 # tests/test_simple_fsdp.py) and FSDP + TP (HSDP, 2-D too, runs in the default session).
+# Trained above 2 ranks in the default session, each rank its own batch: where a
+# merged reduction may round otherwise (3 and 4 ranks, a ring of each), and
+# exact_reductions must not.
+ABOVE_TWO_IN_TESTS = {("blocks4-bf16-f32", 3), ("blocks4-bf16-f32", 4)}
+# At 2 ranks, the model that also runs under exact_reductions (merging as without).
+EXACT_AT_TWO = {"transformer-bf16-f32"}
 CONFORMANCE_ONLY = {"qwen2-hf-bf16-f32", "mixtral-hf-bf16-f32", "bert-mlm-hf-bf16-f32", "transformer-tied-f32",
                     "transformer-fsdp-tp-f32"}
 
 
 def _model_params():
     """(model, world size) pairs: each model's first world size in the default
-    session, the others in `nox -s conformance` (slow: minutes per model)."""
+    session, the others in `nox -s conformance` (slow: minutes per model),
+    except ABOVE_TWO_IN_TESTS."""
     for model_id, spec in sorted(family.MODELS.items()):
         for k, world_size in enumerate(spec.world_sizes):
             # The Transformer is the real-model check on every release; the other
             # models (plans, uneven shards, HSDP) on the first.
             marks = [] if model_id == "transformer-bf16-f32" else [pytest.mark.first_release]
-            if k > 0 or model_id in CONFORMANCE_ONLY:
+            if (k > 0 and (model_id, world_size) not in ABOVE_TWO_IN_TESTS) or model_id in CONFORMANCE_ONLY:
                 marks.append(pytest.mark.slow)
             yield pytest.param(model_id, world_size, marks=marks, id=f"{model_id}-{world_size}")
 
@@ -69,13 +78,40 @@ def test_client_trains_bit_identically(model_id, world_size, bucketing_adapter, 
     _check_model(model_id, world_size, bucketing_adapter, rank_pools, request, timeout_s=900 * world_size // 2)
 
 
+def _expected_counts(spec, variant: str, world_size: int) -> tuple:
+    """A variant's collectives per graph. Under exact_reductions: the variant's
+    all-gathers, and its reductions too where gradients sum over 2 ranks at
+    most; over more, every reduction left as it was."""
+    if not variant.startswith("exact-"):
+        return spec.expect[variant]
+    merged = spec.expect[variant.removeprefix("exact-")]
+    if spec.reduction_group_size(world_size) <= 2:
+        return merged
+    return merged[:1] + spec.expect["unbucketed"][1:]
+
+
+def _bit_identical_expected(spec, adapter, options: dict, world_size: int) -> bool:
+    return adapter.claims_exact_reductions(options) or spec.reduction_group_size(world_size) <= 2
+
+
+# Under options that may reorder a sum, how far the last loss may move (relative):
+# rounding after 3 steps stays orders of magnitude below; a wrong gradient does not.
+LOSS_TOLERANCE = 1e-2
+
+
 def _check_model(model_id, world_size, bucketing_adapter, rank_pools, request, timeout_s=900):
-    """Train unbucketed and per variant; every rank's bytes equal, collective counts as the spec expects."""
+    """Train unbucketed and per variant; bytes equal where the promise holds, collective counts as expected."""
     expect_result(bucketing_adapter, f"model:{model_id}-w{world_size}", request, level="inductor")
     spec = models.get(model_id)
     variants = spec.variants()
     if world_size > 2:
         variants = {k: v for k, v in variants.items() if k not in TWO_RANKS_ONLY.get(model_id, ())}
+    else:
+        # At 2 ranks exact_reductions changes nothing (every sum is of two):
+        # one model shows it, the others keep the default session short.
+        variants = {k: v for k, v in variants.items() if not k.startswith("exact-") or model_id in EXACT_AT_TWO}
+    if bucketing_adapter.expectations != BUCKETING:  # options of this project's pass
+        variants = {k: v for k, v in variants.items() if not k.startswith("exact-")}
     results = raise_on_failure(
         rank_pools.get(world_size).run(
             "conformance.models.training:run_model_case", timeout_s=timeout_s, model_id=model_id,
@@ -85,6 +121,13 @@ def _check_model(model_id, world_size, bucketing_adapter, rank_pools, request, t
     )
     for rank, per_variant in enumerate(results):
         for variant, r in per_variant.items():
+            if variant != "unbucketed" and not _bit_identical_expected(spec, bucketing_adapter, variants[variant],
+                                                                       world_size):
+                largest = ", ".join(f"{what} {d:.3g}" for what, d in r["largest"].items())
+                request.node.user_properties.append((f"rank {rank} [{variant}] largest difference", largest))
+                print(f"{model_id} w{world_size} rank {rank} [{variant}] largest difference: {largest}")
+                assert r["largest"]["loss"] <= LOSS_TOLERANCE * abs(r["loss"]), (model_id, variant, r["largest"])
+                continue
             assert r["diff"] is None, (
                 f"{model_id} w{world_size} rank {rank} [{variant}]: {r['diff'][0]} {r['diff'][1]} differs at byte "
                 f"{r['diff'][2]} ({r['diff'][3]})\n" + "\n".join(r["plans"])
@@ -95,8 +138,9 @@ def _check_model(model_id, world_size, bucketing_adapter, rank_pools, request, t
         return
     for variant in variants:
         after = first[variant]["after"]
-        got = _counts(after, spec.expect[variant])
-        assert got == spec.expect[variant], f"{model_id} [{variant}]: {got}\n" + "\n".join(first[variant]["plans"])
+        expected = _expected_counts(spec, variant, world_size)
+        got = _counts(after, expected)
+        assert got == expected, f"{model_id} [{variant}]: {got}\n" + "\n".join(first[variant]["plans"])
         # Every collective left in a graph is a bucket or listed as left alone, with a reason.
         assert first[variant]["explained"] == [sum(c.values()) for c in after], first[variant]["plans"]
 
