@@ -27,19 +27,21 @@ STEPS = 3
 # Variants left to 2 ranks, to keep the default session short: the Transformer's
 # module plan differs from its default policy's buckets only outside the blocks.
 TWO_RANKS_ONLY = {"transformer-bf16-f32": {"module_buckets"}}
-# For `nox -s conformance` (slow), a minute or two each: more architectures of
-# the registry's `transformers` (the Llama runs in the default session; BERT
-# has a parameter without a gradient), the
-# tied Transformer (the default session checks its sharding eagerly:
-# tests/test_simple_fsdp.py) and FSDP + TP (HSDP, 2-D too, runs in the default session).
 # Trained above 2 ranks in the default session, each rank its own batch: where a
 # merged reduction may round otherwise (3 and 4 ranks, a ring of each), and
 # exact_reductions must not.
 ABOVE_TWO_IN_TESTS = {("blocks4-bf16-f32", 3), ("blocks4-bf16-f32", 4)}
 # At 2 ranks, the model that also runs under exact_reductions (merging as without).
 EXACT_AT_TWO = {"transformer-bf16-f32"}
+# For `nox -s conformance` (slow), a minute or two each: more architectures of
+# the registry's `transformers` (the Llama runs in the default session; BERT
+# has a parameter without a gradient; GPT-2's Conv1D and tied head), the
+# tied Transformer (the default session checks its sharding eagerly:
+# tests/test_simple_fsdp.py), FSDP + TP (HSDP, 2-D too, runs in the default
+# session), the ResNet (convolutions; 62 parameters) and the parametrized
+# Transformer (tests/test_modules.py places its parametrizations in the default session).
 CONFORMANCE_ONLY = {"qwen2-hf-bf16-f32", "mixtral-hf-bf16-f32", "bert-mlm-hf-bf16-f32", "transformer-tied-f32",
-                    "transformer-fsdp-tp-f32"}
+                    "transformer-fsdp-tp-f32", "gpt2-hf-bf16-f32", "resnet18-f32", "transformer-parametrize-bf16-f32"}
 
 
 def _model_params():
