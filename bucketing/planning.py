@@ -53,7 +53,7 @@ from collections import defaultdict
 import torch.fx as fx
 
 from . import memory, modules
-from .collectives import ALL_GATHER, BY_NAME, Collective, Skipped, is_barrier, is_seeded
+from .collectives import ALL_GATHER, BY_NAME, Collective, Skipped
 from .options import MB, BucketingOptions
 from .ordering import issue_positions
 from .records import Bucket, Span, When
@@ -244,11 +244,12 @@ def plan_buckets(
         record_dependencies(mask, bid)
         return bid
 
+    barriers, seeded = set(timeline.barriers), set(timeline.seeded)  # found once, by the timeline
     for node in timeline.nodes:
         mask = barrier_mask
         for inp in node.all_input_nodes:
             mask |= masks[inp]
-        if is_seeded(node):
+        if node in seeded:
             mask |= rng_mask
             rng_mask = mask
         c = by_node.get(node)
@@ -259,7 +260,7 @@ def plan_buckets(
             bid = assign(c, mask)
             if bid is not None:
                 mask |= 1 << bid
-        if is_barrier(node):
+        if node in barriers:
             mask |= everything
             barrier_mask = mask
             last_barrier = node.name
