@@ -132,3 +132,29 @@ def tied_sharding(ctx):
         "parameters": (len(list(plain.parameters())), len(list(model.parameters()))),
         "gradient": tied.grad is not None,
     }
+
+
+def parametrize_sharding(ctx):
+    """The Transformer sharded through torch.nn.utils.parametrize and through
+    properties, one eager step each: whether losses and every gradient shard
+    are bitwise equal, and the parameter counts."""
+    import torch
+
+    from conformance.harness import first_difference
+    from conformance.models import family
+    from conformance.models.simple_fsdp import local_tensor
+
+    mesh = family.MODELS["transformer-bf16-f32"].mesh(ctx.device, ctx.world_size)
+    runs = []
+    for name in ("transformer-bf16-f32", "transformer-parametrize-bf16-f32"):
+        spec = family.MODELS[name]
+        model = spec.build(mesh, ctx.device)
+        tokens, targets = spec.batch_for(mesh, ctx.rank, ctx.device)
+        with spec.autocast(ctx.device):
+            out = model(tokens)
+        loss = spec.loss(out, targets)
+        loss.backward()
+        runs.append([loss.detach()] + [local_tensor(p.grad) for p in model.parameters()])
+    plain, parametrized = runs
+    return {"parameters": (len(plain) - 1, len(parametrized) - 1), "diff": first_difference(plain, parametrized),
+            "grad_type": type(parametrized[1]).__name__ if isinstance(parametrized[1], torch.Tensor) else None}
