@@ -283,6 +283,13 @@ RESNET_EXPECT = {"unbucketed": (62, 59), "default": (10, 10), "merge_all": (1, 1
 # use, per layer and dtype, the embeddings'. merge_all: one, one per dtype.
 GPT2_EXPECT = {"unbucketed": (28, 29), "default": (4, 6), "merge_all": (1, 2)}
 
+# (ag, rs, ar) per graph. Nothing to gather; each gradient all-reduced over 4
+# ranks, where merging may round otherwise: under exact_reductions all 29 stay.
+# These all-reduces reach the pass with no module in their metadata, so the
+# default policy merges by the locality window: 7 buckets, 13 listed with the
+# compute that lies between them. merge_all: one per dtype.
+DDP_EXPECT = {"unbucketed": (0, 0, 29), "default": (0, 0, 20), "merge_all": (0, 0, 2)}
+
 MODELS = {
     spec.name: spec
     for spec in (
@@ -323,6 +330,10 @@ MODELS = {
                   # listed. (ag, rs, ar) per graph.
                   {"unbucketed": (29, 29, 29), "default": (4, 7, 7), "merge_all": (1, 2, 2)},
                   mesh_shape=(2, 2), world_sizes=(4,)),
+        ModelSpec("transformer-ddp-bf16-f32", _mixed_transformer, _tokens, token_loss, torch.bfloat16,
+                  "the bf16 + f32 Transformer replicated on 4 ranks (a 4x1 HSDP mesh: DDP), each gradient "
+                  "all-reduced over 4",
+                  DDP_EXPECT, mesh_shape=(4, 1), world_sizes=(4,)),
         ModelSpec("transformer-fsdp-tp-f32", lambda: Transformer(TRANSFORMER_ARGS), _tokens, token_loss, None,
                   "torch's test Transformer in f32, tensor-parallel over 2 ranks (its own TP plan) and "
                   "SimpleFSDP over the other 2 of a 2x2 mesh",
