@@ -83,7 +83,7 @@ def _rewrite(graph: fx.Graph, planned: PlannedBuckets, opts: BucketingOptions, s
     """Rewrite the planned buckets and return their reports. Until the last
     step nothing is erased, so a failure anywhere can be undone (checkpoint).
     Positions are planning's timeline, taken before any new node."""
-    units = ordering.units_in_order(planned.timeline, planned.buckets)
+    units = ordering.units_in_order(planned.timeline, planned.buckets, planned.issue_at)
     emitted = _emit(graph, planned.merged, opts, skipped)
     if not emitted:
         return []

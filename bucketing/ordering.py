@@ -13,9 +13,11 @@ Three decisions, made once per graph on the timeline taken before the rewrite:
   position could then issue two buckets of one process group in one order on
   one rank and in the other order on another, and the collectives would
   mismatch (gloo aborts: "Received data size doesn't match expected size").
-  The order here depends only on which collectives read which results: a
-  topological order of the issue units (merged buckets and every other
-  collective), ties broken all-gathers first, then by the unit's first
+  The order here is a topological order of the issue units (merged buckets
+  and every other collective) by which collectives read which results; among
+  units free to go, the one planned to issue after the least compute first
+  (the FLOPs before its issue position: padding nodes add none, so every rank
+  counts the same), then all-gathers first, then by the unit's first
   collective in graph order.
 - **Placement** (`place`, `reorder`): a stable topological sort (Kahn's
   algorithm, ready nodes taken by priority). Original nodes keep their old
@@ -71,9 +73,10 @@ def issue_positions(buckets: list[Bucket], whens: dict) -> dict[int, int]:
     return out
 
 
-def units_in_order(timeline: Timeline, buckets: list[Bucket]) -> list[list[fx.Node]]:
+def units_in_order(timeline: Timeline, buckets: list[Bucket], issue_at: dict[int, int]) -> list[list[fx.Node]]:
     """Every collective of `graph` in issue units (a bucket's members together,
-    in graph order; any other collective alone), in the order above."""
+    in graph order; any other collective alone), in the order above.
+    `issue_at`: issue_positions' answer; a unit without one issues where its first collective is."""
     positions = timeline.position
     units: list[list[fx.Node]] = []
     unit_of: dict[fx.Node, int] = {}
@@ -81,12 +84,17 @@ def units_in_order(timeline: Timeline, buckets: list[Bucket]) -> list[list[fx.No
         for m in b.members:
             unit_of[m.node] = len(units)
         units.append([m.node for m in b.members])
+    issued_at = [issue_at.get(id(b)) for b in buckets]
     for node in timeline.nodes:
         if node not in unit_of and group_of(node) is not None:
             unit_of[node] = len(units)
             units.append([node])
+            issued_at.append(None)
     for members in units:
         members.sort(key=positions.__getitem__)
+    # The compute planned before each unit's issue.
+    flops = [timeline.flops_before[positions[members[0]] if at is None else at]
+             for members, at in zip(units, issued_at)]
 
     # Per node, the units whose results it reads (a bitmask); per unit, those
     # its members' inputs read.
@@ -111,12 +119,15 @@ def units_in_order(timeline: Timeline, buckets: list[Bucket]) -> list[list[fx.No
             readers[low.bit_length() - 1].append(u)
             waiting[u] += 1
             mask ^= low
-    # Among units free to go, all-gathers first: a prefetch must not queue
-    # behind a reduction whose first member came earlier in the graph but
-    # which is issued later, once its last gradient exists.
-    def key(u: int) -> tuple[int, int]:
+    # Among units free to go, the one planned after the least compute: a
+    # group's queue runs in the order the timeline needs its collectives (a
+    # backward all-gather free from the start must not hold every gradient's
+    # reduction back to the end). At equal compute, all-gathers first: a
+    # prefetch must not queue behind a reduction whose first member came
+    # earlier in the graph but which is issued once its last gradient exists.
+    def key(u: int) -> tuple[float, int, int]:
         first = units[u][0]
-        return (0 if first.target is ALL_GATHER.target else 1, positions[first])
+        return (flops[u], 0 if first.target is ALL_GATHER.target else 1, positions[first])
 
     ready = [(key(u), u) for u in range(len(units)) if not waiting[u]]
     heapq.heapify(ready)

@@ -93,3 +93,26 @@ def test_the_wait_of_a_collective_left_alone_moves_to_its_first_user(group_name)
     matmuls = [i for i, n in enumerate(nodes) if n.target is torch.ops.aten.mm.default]
     assert nodes.index(wait) > max(matmuls), gm.graph
     assert nodes.index(wait) == nodes.index(next(iter(wait.users))) - 1
+
+
+def test_a_reduction_is_not_held_behind_an_all_gather_planned_after_more_compute(group_name):
+    """Gradients reduced before the compute, a parameter gathered after it (its
+    input exists from the start, as a backward re-gather's does): each group
+    issues in the order the compute reaches them, so the reduction goes first
+    and the compute hides it. All-gathers first regardless held every reduction
+    of a backward graph behind its re-gathers, to the end of the step."""
+
+    def f(g1, g2, w, p):
+        r1, r2 = rs(g1 * 2, group_name), rs(g2 * 2, group_name)
+        h = (w @ w) @ w
+        gathered = ag(p, group_name)
+        return r1, r2, h, gathered @ w
+
+    gm = trace(f, ((16,), f32), ((16,), f32), ((8, 8), f32), ((2, 8), f32))
+    plan = bc.bucket_collectives(gm, policy="merge_all", collectives=("reduce_scatter",))
+    assert plan.counts() == {"reduce_scatter": 1}
+    nodes = list(gm.graph.nodes)
+    scatter = next(i for i, n in enumerate(nodes) if n.target is c10d.reduce_scatter_tensor.default)
+    gather = next(i for i, n in enumerate(nodes) if n.target is c10d.all_gather_into_tensor.default)
+    first_matmul = next(i for i, n in enumerate(nodes) if n.target is torch.ops.aten.mm.default)
+    assert scatter < first_matmul < gather, gm.graph
