@@ -71,6 +71,12 @@ class BucketingOptions:
     # Module classes whose instances are the blocks of policy="module"
     # (e.g. ("TransformerBlock",)); None: the outermost indexed module.
     block_classes: tuple[str, ...] | None = None
+    # How many consecutive blocks of one process group share a bucket under
+    # policy="module". None: from torch's estimates on CUDA (costs.py), the
+    # fewest whose collectives fit within their compute time, so the
+    # prefetch of the next bucket hides behind this one's; one block where
+    # torch has no estimates (the CPU).
+    blocks_per_bucket: int | None = None
     # Buckets by module, in the format of torch's `module_bucket_plans`: a list
     # whose entries are a module FQN or a list of FQNs. The collectives of one
     # entry merge per key whatever the policy (the caps still apply); the rest
@@ -125,6 +131,9 @@ class BucketingOptions:
         if not isinstance(self.verify_plan_across_ranks, bool):
             raise ValueError(f"verify_plan_across_ranks must be a bool, got {self.verify_plan_across_ranks!r}")
         _check_cap(self.bucket_cap_mb)
+        blocks = self.blocks_per_bucket
+        if blocks is not None and (isinstance(blocks, bool) or not isinstance(blocks, numbers.Integral) or blocks < 1):
+            raise ValueError(f"blocks_per_bucket must be None or an int >= 1, got {blocks!r}")
         count = self.max_bucket_count
         if count is not None and (
             isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1
@@ -169,6 +178,7 @@ class BucketingOptions:
             self.block_classes,
             self.module_buckets,
             self.exact_reductions,
+            self.blocks_per_bucket,
         )
         return repr(fields)
 

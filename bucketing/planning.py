@@ -54,6 +54,7 @@ import torch.fx as fx
 
 from . import memory, modules
 from .collectives import ALL_GATHER, BY_NAME, Collective, Skipped
+from .costs import DeviceCosts, device_costs
 from .options import MB, BucketingOptions
 from .ordering import issue_positions
 from .records import Bucket, Span, When
@@ -152,6 +153,74 @@ def module_unit(c: Collective, options: BucketingOptions) -> tuple[str | None, b
     return modules.auto_block(c.module_stack), False
 
 
+def group_blocks(collectives: list[Collective], units: dict, whens: dict[fx.Node, When], timeline: Timeline,
+                 options: BucketingOptions, costs: DeviceCosts | None) -> dict:
+    """Units again, with every run of `k` consecutive blocks of one process
+    group (in the order the graph first needs them) made one unit.
+
+    `k` is the option `blocks_per_bucket`, or else estimated per group
+    (`estimated_blocks_per_bucket`); 1 without estimates."""
+    blocks_of: dict[str, dict[str, list[Collective]]] = defaultdict(dict)
+    for c in collectives:
+        unit, explicit = units[c.node]
+        if unit is not None and not explicit:
+            blocks_of[c.group_name].setdefault(unit, []).append(c)
+    out = dict(units)
+    compute_ms_before = None
+    for blocks in blocks_of.values():
+        k = options.blocks_per_bucket
+        if k is None and costs is not None:
+            if compute_ms_before is None:
+                compute_ms_before = costs.compute_ms_before(timeline)
+            k = estimated_blocks_per_bucket(list(blocks.values()), whens, compute_ms_before, costs,
+                                            options.multidtype)
+        if k is None or k <= 1:
+            continue
+        names = list(blocks)
+        for start in range(0, len(names), k):
+            label = "+".join(names[start:start + k])
+            for name in names[start:start + k]:
+                for c in blocks[name]:
+                    out[c.node] = (label, False)
+    return out
+
+
+def estimated_blocks_per_bucket(blocks: list[list[Collective]], whens: dict[fx.Node, When],
+                                compute_ms_before: list[float], costs: DeviceCosts,
+                                multidtype: bool = True) -> int:
+    """The fewest consecutive blocks whose collectives, merged per key, take no
+    longer than the blocks' compute: the next bucket's prefetch then hides
+    behind this one's compute. Every block where none do (the collectives
+    outweigh the compute at any size): the caps and the memory budget split
+    them. A typical block is the median compute between consecutive blocks'
+    anchors and each key's mean bytes (input and output, as torch's model
+    counts them)."""
+    if len(blocks) < 2:
+        return 1
+
+    def anchor(c: Collective) -> int:
+        w = whens[c.node]
+        return w.first_use if c.kind == ALL_GATHER.name else w.ready
+
+    anchors = [min(anchor(c) for c in members) for members in blocks]
+    gaps = sorted(abs(compute_ms_before[b] - compute_ms_before[a]) for a, b in zip(anchors, anchors[1:]))
+    block_ms = gaps[len(gaps) // 2]
+    key_bytes: dict[tuple, float] = defaultdict(float)
+    for members in blocks:
+        for c in members:
+            w = whens[c.node]
+            key_bytes[bucket_key(c, multidtype)] += (w.in_bytes + w.out_bytes) / len(blocks)
+    group_size = blocks[0][0].group_size
+
+    def comm_ms(k: int) -> float:
+        return sum(costs.collective_ms(key[0], k * nbytes, group_size) for key, nbytes in key_bytes.items())
+
+    for k in range(1, len(blocks)):
+        if comm_ms(k) <= k * block_ms:
+            return k
+    return len(blocks)
+
+
 def plan_buckets(
     graph: fx.Graph, collectives: list[Collective], options: BucketingOptions
 ) -> PlannedBuckets:
@@ -160,11 +229,16 @@ def plan_buckets(
     timeline = Timeline(graph)
     whens = {c.node: when(c, timeline) for c in collectives}
     windowed = options.policy != "merge_all"  # the compute window applies outside module units
+    device = collectives[0].node.meta["val"].device if collectives else None
     units = {c.node: module_unit(c, options) for c in collectives}
+    if options.policy == "module":
+        costs = None
+        if options.blocks_per_bucket is None and device is not None:
+            costs = device_costs(device)
+        units = group_blocks(collectives, units, whens, timeline, options, costs)
     window = options.locality_flops
     if window is None:
-        device = collectives[0].node.meta["val"].device.type if collectives else "cpu"
-        window = default_locality_flops(device)
+        window = default_locality_flops(device.type if device is not None else "cpu")
 
     buckets: list[Bucket] = []
     skipped: list[Skipped] = []

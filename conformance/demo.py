@@ -33,7 +33,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 import bucketing
 import bucketing.memory
 
-from .harness import KIND_BY_TARGET, KINDS, count_collectives
+from .harness import KIND_BY_TARGET, KINDS, count_collectives, largest_difference
 from .models.toy_fsdp import ShardedMLP, loss_fn
 from .timing import bitwise_equal, fresh_copy, time_in_turns
 
@@ -118,8 +118,7 @@ def compare(expected: list[torch.Tensor], actual: list[torch.Tensor]) -> tuple[b
     """(bit-identical, the largest absolute difference of corresponding elements; 0.0 when bit-identical)."""
     if all(bitwise_equal(a, b) for a, b in zip(expected, actual)):
         return True, 0.0
-    return False, max(((a.float() - b.float()).abs().max().item() for a, b in zip(expected, actual) if a.numel()),
-                      default=0.0)
+    return False, largest_difference(expected, actual)
 
 
 def verdict(same: bool, largest_difference: float) -> str:

@@ -192,3 +192,76 @@ def test_parametrized_parameters_outside_blocks_are_no_block_of_their_own(group_
     units = sorted((b.module or "", len(b.members)) for b in plan.buckets)
     assert units == [("", 3)], units  # the one-member blocks layers.0 and layers.1 stay alone
     assert not any(b.module and "parametrizations" in b.module for b in plan.buckets)
+
+
+def test_blocks_per_bucket_merges_consecutive_blocks_in_the_order_the_graph_needs_them(group_name):
+    plan = bc.bucket_collectives(_forward(group_name), locality_flops=0, blocks_per_bucket=2)
+    assert [(b.module, len(b.members)) for b in plan.buckets] == [("layers.0+layers.1", 4), ("layers.2+layers.3", 4)]
+    # Backward: the gradients of layers.3 come first, so layers.3 and layers.2 share a bucket.
+    plan = bc.bucket_collectives(_backward(group_name), blocks_per_bucket=2)
+    got = sorted((b.module, b.dtypes, len(b.members)) for b in plan.buckets)
+    assert got == [("layers.1+layers.0", ("bfloat16",), 2), ("layers.1+layers.0", ("float32",), 2),
+                   ("layers.3+layers.2", ("bfloat16",), 2), ("layers.3+layers.2", ("float32",), 2)]
+    # An explicit module_buckets entry stays as the user wrote it.
+    plan = bc.bucket_collectives(_forward(group_name), locality_flops=0, blocks_per_bucket=3,
+                                 module_buckets=[["layers.0"]])
+    assert [(b.module, len(b.members)) for b in plan.buckets] == [
+        ("layers.0", 2), ("layers.1+layers.2+layers.3", 6)]
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "2"])
+def test_bad_blocks_per_bucket_fails_at_construction(value):
+    with pytest.raises(ValueError, match="blocks_per_bucket"):
+        bc.BucketingPass(blocks_per_bucket=value)
+
+
+class _Costs:
+    """Hand-made estimates: each collective costs a latency plus its bytes at a bandwidth."""
+
+    def __init__(self, latency_ms, ms_per_byte):
+        self.latency_ms, self.ms_per_byte = latency_ms, ms_per_byte
+
+    def collective_ms(self, kind, nbytes, group_size):
+        return self.latency_ms + nbytes * self.ms_per_byte
+
+
+def _blocks_and_whens(group_name):
+    from bucketing.collectives import find_collectives
+    from bucketing.planning import module_unit, when
+    from bucketing.timeline import Timeline
+
+    gm = _forward(group_name)
+    options = bc.BucketingOptions()
+    collectives, _ = find_collectives(gm.graph, options.collectives, options.fuse_casts)
+    timeline = Timeline(gm.graph)
+    whens = {c.node: when(c, timeline) for c in collectives}
+    blocks = {}
+    for c in collectives:
+        unit, _ = module_unit(c, options)
+        if unit is not None:
+            blocks.setdefault(unit, []).append(c)
+    # One millisecond of compute between consecutive blocks' first uses.
+    anchors = sorted({min(whens[c.node].first_use for c in m) for m in blocks.values()})
+    before = [float(sum(1 for a in anchors if a < p)) for p in range(len(timeline.nodes) + 1)]
+    return list(blocks.values()), whens, before
+
+
+@pytest.mark.parametrize("latency_ms, ms_per_byte, expected", [
+    (0.5, 0.0, 1),  # each block's collectives fit under its compute: one block a bucket
+    (1.5, 0.0, 2),  # latency-bound: two blocks' compute (2 ms) hides one 1.5 ms collective
+    (2.5, 0.0, 3),
+    (0.0, 1.0, 4),  # bandwidth-bound at any size: every block, for the caps and the memory budget to split
+])
+def test_blocks_per_bucket_estimated_from_collective_and_compute_costs(group_name, latency_ms, ms_per_byte,
+                                                                        expected):
+    from bucketing.planning import estimated_blocks_per_bucket
+
+    blocks, whens, before = _blocks_and_whens(group_name)
+    assert len(blocks) == 4
+    assert estimated_blocks_per_bucket(blocks, whens, before, _Costs(latency_ms, ms_per_byte)) == expected
+
+
+def test_no_estimates_on_the_cpu():
+    from bucketing.costs import device_costs
+
+    assert device_costs(torch.device("cpu")) is None

@@ -139,9 +139,7 @@ def simple_fsdp_parametrize(model: torch.nn.Module, mesh: DeviceMesh) -> torch.n
     from torch.nn.utils import parametrize
 
     sharded: dict[int, tuple] = {}
-    for module in list(model.modules()):
-        if isinstance(module, (parametrize.ParametrizationList, ReplicateParameter)):
-            continue
+    for module in list(model.modules()):  # taken before any parametrization is registered
         layouts = _shard_parameters(module, mesh, sharded)
         if any(tp is not None for tp in layouts.values()):
             raise ValueError("simple_fsdp_parametrize: model holds tensor-parallel parameters; use simple_fsdp")

@@ -1,0 +1,85 @@
+"""What collectives and compute cost on the graph's device, from torch's own estimators.
+
+On CUDA: torch's NCCL model (`comm_analysis.estimate_nccl_collective_runtime_impl`:
+ring and tree by size and group size, NVLink within a node, the network across
+nodes) and, per compute node, torch's roofline
+(`overlap_scheduling.estimate_roofline_runtime_ms`: FLOPs at 75% of the
+datasheet's dense peak or bytes at HBM bandwidth, whichever is longer; torch
+< 2.13 lacks it, and there FLOPs at 75% of the dense bf16 peak count alone).
+The same figures on every rank: they depend on shapes, group sizes and the GPU
+type alone.
+
+Nothing elsewhere: torch has no model of gloo, and a GPU missing from torch's
+datasheet has no peak. The policy then keeps its rules by FLOPs alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import torch
+import torch.fx as fx
+
+from .collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+from .timeline import Timeline, node_flops
+
+# The share of the datasheet peak torch's roofline expects a matmul to reach.
+ACHIEVED_PEAK = 0.75
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceCosts:
+    """Estimated milliseconds of compute and of one collective on one device."""
+
+    peak_flops_per_ms: float
+
+    def node_ms(self, node: fx.Node) -> float:
+        try:
+            from torch._inductor.fx_passes.overlap_scheduling import estimate_roofline_runtime_ms
+        except ImportError:
+            estimate_roofline_runtime_ms = None
+        if estimate_roofline_runtime_ms is not None and node.op == "call_function":
+            try:
+                return float(estimate_roofline_runtime_ms(node))
+            except Exception:  # no estimate for this node: its FLOPs alone
+                pass
+        return node_flops(node) / (ACHIEVED_PEAK * self.peak_flops_per_ms)
+
+    def compute_ms_before(self, timeline: Timeline) -> list[float]:
+        """Per position of `timeline`, the estimated compute milliseconds before it (one more: the total)."""
+        out, total = [], 0.0
+        for node in timeline.nodes:
+            out.append(total)
+            total += self.node_ms(node)
+        out.append(total)
+        return out
+
+    def collective_ms(self, kind: str, nbytes: int, group_size: int) -> float:
+        """One collective of `kind` moving `nbytes` (its input and output, as torch counts them)."""
+        from torch._inductor.comm_analysis import NCCL_COLL, estimate_nccl_collective_runtime_impl
+
+        coll = {ALL_GATHER.name: NCCL_COLL.ALL_GATHER, REDUCE_SCATTER.name: NCCL_COLL.REDUCE_SCATTER,
+                ALL_REDUCE.name: NCCL_COLL.ALL_REDUCE}[kind]
+        return float(estimate_nccl_collective_runtime_impl(int(nbytes), int(group_size), coll))
+
+
+def device_costs(device: torch.device) -> DeviceCosts | None:
+    """The estimates for `device`, or None where torch has none (with a log line saying why)."""
+    if device.type != "cuda":
+        return None
+    try:
+        from torch._inductor.analysis.device_info import datasheet_tops
+
+        tops = datasheet_tops(torch.bfloat16)
+        costs = DeviceCosts(float(tops) * 1e9) if tops else None
+        if costs is not None:
+            costs.collective_ms(ALL_GATHER.name, 1 << 20, 2)  # the NCCL model answers on this device
+    except Exception as e:  # an estimator torch cannot run here: plan without estimates
+        log.info("bucketing: no cost estimates for %s (%s: %s); planning by FLOPs alone", device, type(e).__name__, e)
+        return None
+    if costs is None:
+        log.info("bucketing: torch's datasheet has no bf16 peak for this GPU; planning by FLOPs alone")
+    return costs
