@@ -89,7 +89,8 @@ def _rewrite(graph: fx.Graph, planned: PlannedBuckets, opts: BucketingOptions, s
         return []
     replaced = replace_members(emitted)
     merged = {m.node: e.collective for e in emitted for m in e.bucket.members}
-    ordering.place(graph, planned.timeline, emitted, planned.issue_at, ordering.chains(units, merged))
+    ordering.place(graph, planned.timeline, emitted, planned.issue_at, ordering.chains(units, merged),
+                   planned.buckets)
     reports = _describe(graph, emitted, planned, opts, set(replaced))
     graph.lint()
     erase_replaced(graph, replaced)

@@ -35,6 +35,16 @@ class DeviceCosts:
     """Estimated milliseconds of compute and of one collective on one device."""
 
     peak_flops_per_ms: float
+    hbm_bytes_per_ms: float
+
+    def copy_ms(self, nbytes: float) -> float:
+        """Reading and writing `nbytes` once each in device memory."""
+        return 2 * nbytes / self.hbm_bytes_per_ms
+
+    def merge_saves_ms(self, kind: str, bucket_bytes: float, member_bytes: float, group_size: int) -> float:
+        """What one collective of `member_bytes` saves by joining one of `bucket_bytes` instead of going alone."""
+        alone = self.collective_ms(kind, bucket_bytes, group_size) + self.collective_ms(kind, member_bytes, group_size)
+        return alone - self.collective_ms(kind, bucket_bytes + member_bytes, group_size)
 
     def node_ms(self, node: fx.Node) -> float:
         try:
@@ -72,9 +82,10 @@ def device_costs(device: torch.device) -> DeviceCosts | None:
         return None
     try:
         from torch._inductor.analysis.device_info import datasheet_tops
+        from torch._inductor.utils import get_gpu_dram_gbps
 
         tops = datasheet_tops(torch.bfloat16)
-        costs = DeviceCosts(float(tops) * 1e9) if tops else None
+        costs = DeviceCosts(float(tops) * 1e9, float(get_gpu_dram_gbps()) * 1e6) if tops else None
         if costs is not None:
             costs.collective_ms(ALL_GATHER.name, 1 << 20, 2)  # the NCCL model answers on this device
     except Exception as e:  # an estimator torch cannot run here: plan without estimates

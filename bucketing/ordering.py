@@ -5,7 +5,9 @@ Three decisions, made once per graph on the timeline taken before the rewrite:
 - **Issue positions** (`issue_positions`): a merged bucket is issued as early
   as its inputs allow, but not before the previous bucket of its kind and
   group is waited on: each bucket is prefetched while the one before it is
-  used (FSDP's forward prefetch), and at most two are in flight.
+  used (FSDP's forward prefetch), and at most two are in flight. With torch's
+  estimates (`WITH_ESTIMATES`) three buckets ahead, the first at once, and
+  collectives left alone prefetched too.
 - **One issue order per process group that every rank agrees on**
   (`units_in_order`, `chains`). Ranks may compile graphs that differ between
   their collectives: a rank whose shard of an unevenly sharded parameter is
@@ -34,6 +36,7 @@ Three decisions, made once per graph on the timeline taken before the rewrite:
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections import defaultdict
 
@@ -52,24 +55,47 @@ ISSUE_BEFORE_ORIGINAL = -1
 ORIGINAL = 0
 
 
-def issue_positions(buckets: list[Bucket], whens: dict) -> dict[int, int]:
-    """Per merged bucket (by id): the position, before the rewrite, it is issued before.
+@dataclasses.dataclass(frozen=True)
+class Prefetch:
+    """How far ahead buckets are issued.
 
-    As early as its inputs allow, but not before the previous bucket of its
-    kind and group is waited on: each bucket is prefetched while the one before
-    it is used (FSDP's forward prefetch), and at most two are in flight.
+    `depth`: a bucket is issued once the bucket `depth` before it in its kind
+    and group is first used (1: prefetched while the previous one is used, at
+    most two in flight, FSDP's forward prefetch). `eager`: the first bucket of
+    each kind and group goes as soon as its inputs exist, and a collective left
+    alone is prefetched like a bucket; otherwise they issue where they are."""
+
+    depth: int = 1
+    eager: bool = False
+
+
+# With torch's estimates (CUDA), the policy plans for a network that is the
+# bottleneck: three buckets in flight and nothing issued later than it could
+# be, under the memory budget (memory.py counts every bucket in flight).
+WITH_ESTIMATES = Prefetch(depth=3, eager=True)
+
+
+def issue_positions(buckets: list[Bucket], whens: dict, prefetch: Prefetch = Prefetch()) -> dict[int, int]:
+    """Per bucket (by id) that `prefetch` moves: the position, before the rewrite, it is issued before.
+
+    As early as its inputs allow, but not before the bucket `prefetch.depth`
+    before it of its kind and group is first used.
     """
     out: dict[int, int] = {}
-    previous_use: dict[tuple, int] = {}
-    merged = sorted((b for b in buckets if len(b.members) > 1),
-                    key=lambda b: whens[b.members[0].node].position)
-    for b in merged:
+    uses: dict[tuple, list[int]] = defaultdict(list)
+    moved = sorted((b for b in buckets if prefetch.eager or len(b.members) > 1),
+                   key=lambda b: whens[b.members[0].node].position)
+    for b in moved:
         ws: list[When] = [whens[m.node] for m in b.members]
         first = min(w.position for w in ws)
         ready = max(w.ready for w in ws) + 1
-        stream = (b.kind, b.group_name)
-        out[id(b)] = max(ready, min(first, previous_use.get(stream, first)))
-        previous_use[stream] = min(w.first_use for w in ws)
+        previous = uses[(b.kind, b.group_name)]
+        if len(previous) >= prefetch.depth:
+            gate = previous[-prefetch.depth]
+        else:
+            gate = ready if prefetch.eager else first
+        out[id(b)] = max(ready, min(first, gate))
+        previous.append(min(w.first_use for w in ws))
     return out
 
 
@@ -163,14 +189,22 @@ def chains(units: list[list[fx.Node]], merged: dict[fx.Node, fx.Node]) -> list[l
 
 
 def place(graph: fx.Graph, timeline: Timeline, emitted: list, issue_at: dict[int, int],
-          issue_chains: list[list[fx.Node]] = ()) -> None:
+          issue_chains: list[list[fx.Node]] = (), buckets: list[Bucket] = ()) -> None:
     """Put every emitted bucket's nodes where they belong, and the graph in a legal order.
 
-    `issue_at` is issue_positions' answer, by bucket id, in `timeline`'s positions.
+    `issue_at` is issue_positions' answer, by bucket id, in `timeline`'s positions;
+    `buckets` all planned buckets, whose collectives left alone go there too.
     Each of `issue_chains` (`chains`) is one process group's
     collectives, issued in that order whatever the positions say.
     """
     issue_priority, issue_segment, fallback = {}, {}, {}
+    for b in buckets:
+        at = issue_at.get(id(b))
+        node = b.members[0].node
+        if len(b.members) == 1 and at is not None and at < timeline.position.get(node, at):
+            # A collective left as it was, prefetched (Prefetch.eager).
+            issue_priority[node] = (at, ISSUE_BEFORE_ORIGINAL, 0)
+            issue_segment[node] = timeline.segment[node]
     for e in emitted:
         members = e.bucket.members
         first = issue_at[id(e.bucket)]
@@ -212,10 +246,10 @@ def reorder(
     new_nodes = []
     for node in nodes:
         pos = timeline.position.get(node)
-        if pos is not None:
-            priority[node] = (pos, ORIGINAL, 0)
-        elif node in issue_priority:
+        if node in issue_priority:  # emitted issue nodes, and collectives left alone but prefetched
             priority[node] = issue_priority[node]
+        elif pos is not None:
+            priority[node] = (pos, ORIGINAL, 0)
         else:
             new_nodes.append(node)
     # Wait and copy-out nodes: just before their earliest user. Users come later

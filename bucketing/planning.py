@@ -39,7 +39,7 @@ cannot hide the extra collective, so merging gives nothing up there. A member
 is also refused if it would shrink the bucket's overlap window (compute
 between its inputs being ready and its first use) below that same amount.
 The memory budget is enforced after planning (memory.py), and then each
-merged bucket's issue position is decided (ordering.issue_positions).
+bucket's issue position is decided (ordering.issue_positions).
 
 Every collective that ends alone in its bucket gets the reason, so the plan
 can list it.
@@ -52,11 +52,10 @@ from collections import defaultdict
 
 import torch.fx as fx
 
-from . import memory, modules
+from . import memory, modules, ordering
 from .collectives import ALL_GATHER, BY_NAME, Collective, Skipped
 from .costs import DeviceCosts, device_costs
 from .options import MB, BucketingOptions
-from .ordering import issue_positions
 from .records import Bucket, Span, When
 from .timeline import Timeline
 
@@ -72,7 +71,7 @@ class PlannedBuckets:
     over_cap: list[Skipped]  # collectives too big for any bucket
     whens: dict[fx.Node, When]  # per collective node
     timeline: Timeline  # of the graph as planned, before any rewrite
-    issue_at: dict[int, int]  # per merged bucket (by id): the position it is issued before
+    issue_at: dict[int, int]  # per bucket moved (by id): the position it is issued before
 
     def alone(self) -> list[Skipped]:
         """The collectives that stayed alone in their bucket, with why."""
@@ -130,6 +129,25 @@ def locality_refusal(span: Span, w: When, timeline: Timeline, window_flops: floa
 
     if hides(span) and not hides(grown):
         return "joining would shrink the bucket's overlap window below what hides a collective"
+    return None
+
+
+def copy_refusal(bucket: Bucket, c: Collective, whens: dict[fx.Node, When], costs: DeviceCosts) -> str | None:
+    """Why `c` may not join `bucket` by torch's estimates, or None if it may: the
+    collective time merging saves (a latency, more across nodes) must exceed the
+    copies it adds (the member's copy-in and copy-out, and the first member's
+    too while it is alone). On 8 GPUs of a node a large weight's gather saves
+    less than its copy-out costs; across nodes it saves more."""
+    def moved(m: Collective) -> int:
+        w = whens[m.node]
+        return w.in_bytes + w.out_bytes
+
+    bucket_bytes = sum(moved(m) for m in bucket.members)
+    copies = costs.copy_ms(moved(c) + (bucket_bytes if len(bucket.members) == 1 else 0))
+    saves = costs.merge_saves_ms(c.kind, bucket_bytes, moved(c), c.group_size)
+    if saves < copies:
+        return (f"by torch's estimates merging saves {saves * 1e3:.3g} us of {c.kind} "
+                f"but its copies cost {copies * 1e3:.3g} us")
     return None
 
 
@@ -231,10 +249,9 @@ def plan_buckets(
     windowed = options.policy != "merge_all"  # the compute window applies outside module units
     device = collectives[0].node.meta["val"].device if collectives else None
     units = {c.node: module_unit(c, options) for c in collectives}
+    costs = device_costs(device) if device is not None else None
+    prefetch = ordering.WITH_ESTIMATES if costs is not None else ordering.Prefetch()
     if options.policy == "module":
-        costs = None
-        if options.blocks_per_bucket is None and device is not None:
-            costs = device_costs(device)
         units = group_blocks(collectives, units, whens, timeline, options, costs)
     window = options.locality_flops
     if window is None:
@@ -281,6 +298,10 @@ def plan_buckets(
             return f"the open bucket is full ({bucket.nbytes} + {c.nbytes} bytes > cap {bucket.cap_bytes:.0f})"
         if options.max_bucket_count is not None and len(bucket.members) >= options.max_bucket_count:
             return f"the open bucket already holds max_bucket_count={options.max_bucket_count} members"
+        if windowed and costs is not None and not bucket.explicit:
+            why = copy_refusal(bucket, c, whens, costs)
+            if why:
+                return why
         if windowed and bucket.module is None:
             return locality_refusal(bucket.span, w, timeline, window)
         return None
@@ -344,10 +365,10 @@ def plan_buckets(
     if windowed and any(len(b.members) > 1 and not b.explicit for b in buckets):
         budget = options.memory_budget_mb
         budget_bytes = max(b.cap_bytes for b in buckets) if budget is None else budget * MB
-        split = memory.split_to_budget(list(buckets), whens, timeline, budget_bytes, options.copy_out)
+        split = memory.split_to_budget(list(buckets), whens, timeline, budget_bytes, options.copy_out, prefetch)
         if len(split) != len(buckets):
             buckets = _renumber_within_caps(split, whens, options)
-    return PlannedBuckets(buckets, skipped, whens, timeline, issue_positions(buckets, whens))
+    return PlannedBuckets(buckets, skipped, whens, timeline, ordering.issue_positions(buckets, whens, prefetch))
 
 
 def _inexact_reason(c: Collective) -> str:

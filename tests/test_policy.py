@@ -7,7 +7,7 @@ import torch
 import bucketing.core as bc
 from bucketing.memory import estimate_peak_bytes
 
-from .graphs import ag, trace
+from .graphs import ag, ar, trace
 
 c10d = torch.ops._c10d_functional
 f32 = torch.float32
@@ -94,6 +94,85 @@ def test_next_bucket_is_prefetched_while_the_previous_one_is_used(group_name):
         assert issued[k] < matmuls[k - 1], (issued, matmuls)
         if k >= 2:
             assert issued[k] > matmuls[k - 2], (issued, matmuls)
+
+
+class _Estimates:
+    """Stands in for torch's estimates, which the CPU has none of: with any,
+    buckets are prefetched three deep and nothing issues later than it could.
+    Each collective a fixed latency plus its bytes at a bandwidth; a copy its bytes at another."""
+
+    def __init__(self, latency_ms=1.0, ms_per_byte=0.0, copy_ms_per_byte=0.0):
+        self.latency_ms, self.ms_per_byte, self.copy_ms_per_byte = latency_ms, ms_per_byte, copy_ms_per_byte
+
+    def collective_ms(self, kind, nbytes, group_size):
+        return self.latency_ms + nbytes * self.ms_per_byte
+
+    def copy_ms(self, nbytes):
+        return nbytes * self.copy_ms_per_byte
+
+    def merge_saves_ms(self, kind, bucket_bytes, member_bytes, group_size):
+        return self.latency_ms
+
+    def compute_ms_before(self, timeline):
+        return [float(i) for i in range(len(timeline.nodes) + 1)]
+
+
+def test_with_estimates_three_buckets_are_in_flight_and_nothing_waits_to_issue(group_name, monkeypatch):
+    import bucketing.planning as planning
+
+    monkeypatch.setattr(planning, "device_costs", lambda device: _Estimates())
+
+    def f(x, extra, *params):
+        for norm, w in zip(params[::2], params[1::2]):
+            x = (x * ag(norm, group_name)) @ ag(w, group_name).t()
+        return x + ar(extra, group_name).sum()
+
+    layers = 6
+    gm = trace(f, ((2, 16), f32), ((4,), f32), *[((4,), f32), ((4, 16), f32)] * layers)
+    plan = bc.bucket_collectives(gm, locality_flops=0)
+    assert [len(b.members) for b in plan.buckets if len(b.members) > 1] == [2] * layers
+    nodes = list(gm.graph.nodes)
+    position = {n.name: i for i, n in enumerate(nodes)}
+    matmuls = [i for i, n in enumerate(nodes) if n.target is torch.ops.aten.mm.default]
+    issued = [position[b.collective] for b in plan.buckets]
+    # The first three buckets go before any compute; bucket k before layer k-3's
+    # matmul but after layer k-4's: four buckets gathered at most.
+    assert max(issued[:3]) < matmuls[0], (issued, matmuls)
+    for k in range(3, layers):
+        assert issued[k] < matmuls[k - 3], (issued, matmuls)
+        if k >= 4:
+            assert issued[k] > matmuls[k - 4], (issued, matmuls)
+    # The all-reduce left alone is issued as soon as its input exists, not where the graph had it.
+    all_reduce = next(i for i, n in enumerate(nodes) if n.target is c10d.all_reduce.default)
+    assert all_reduce < matmuls[0], (all_reduce, matmuls)
+    # Without estimates (the CPU): one bucket ahead, and the all-reduce where it was.
+    gm = trace(f, ((2, 16), f32), ((4,), f32), *[((4,), f32), ((4, 16), f32)] * layers)
+    monkeypatch.setattr(planning, "device_costs", lambda device: None)
+    bc.bucket_collectives(gm, locality_flops=0)
+    nodes = list(gm.graph.nodes)
+    matmuls = [i for i, n in enumerate(nodes) if n.target is torch.ops.aten.mm.default]
+    assert next(i for i, n in enumerate(nodes) if n.target is c10d.all_reduce.default) > matmuls[-1]
+
+
+def test_with_estimates_a_member_whose_copies_cost_more_than_merging_saves_stays_alone(group_name, monkeypatch):
+    import bucketing.planning as planning
+
+    # Merging saves 10 us; copying a byte in and out costs 1 ns: the 48 bytes a
+    # (4,) f32 gather moves cost 0.05 us, the 192 KiB of a (256, 64) one 197 us.
+    monkeypatch.setattr(planning, "device_costs", lambda device: _Estimates(0.01, 0.0, 1e-6))
+
+    def f(*params):
+        return [ag(p, group_name) * 2 for p in params]
+
+    small, big = ((4,), f32), ((256, 64), f32)
+    gm = trace(f, small, big, small, big, small)
+    plan = bc.bucket_collectives(gm, policy="locality", locality_flops=NO_LOCALITY)
+    assert [len(b.members) for b in plan.buckets] == [3]
+    reasons = [s.reason for s in plan.skipped]
+    assert len(reasons) == 2 and all("copies cost" in r for r in reasons), reasons
+    # merge_all is the caps alone, estimates or not.
+    gm = trace(f, small, big, small, big, small)
+    assert [len(b.members) for b in bc.bucket_collectives(gm, policy="merge_all").buckets] == [5]
 
 
 def test_plan_report_has_positions_overlap_and_memory(group_name):
