@@ -83,14 +83,14 @@ def _rewrite(graph: fx.Graph, planned: PlannedBuckets, opts: BucketingOptions, s
     """Rewrite the planned buckets and return their reports. Until the last
     step nothing is erased, so a failure anywhere can be undone (checkpoint).
     Positions are planning's timeline, taken before any new node."""
-    units = ordering.units_in_order(planned.timeline, planned.buckets, planned.issue_at)
+    units = ordering.units_in_order(planned.timeline, planned.issued, planned.issue_at)
     emitted = _emit(graph, planned.merged, opts, skipped)
     if not emitted:
         return []
     replaced = replace_members(emitted)
     merged = {m.node: e.collective for e in emitted for m in e.bucket.members}
     ordering.place(graph, planned.timeline, emitted, planned.issue_at, ordering.chains(units, merged),
-                   planned.buckets)
+                   planned.issued)
     reports = _describe(graph, emitted, planned, opts, set(replaced))
     graph.lint()
     erase_replaced(graph, replaced)

@@ -79,21 +79,21 @@ def extra_peak_bytes(bucket: Bucket, whens: dict, issue: int, copy_out: str = "c
 
 
 def split_to_budget(buckets: list[Bucket], whens: dict, timeline: Timeline, budget: float,
-                    copy_out: str = "copy", prefetch: Prefetch = Prefetch()) -> list[Bucket]:
+                    copy_out: str = "copy", prefetch: Prefetch = Prefetch(), lead=None) -> list[Bucket]:
     """The buckets, halved where needed so the estimated peak stays within `budget` bytes of the unbucketed one."""
     merged_bytes = sum(b.nbytes for b in buckets if len(b.members) > 1 and not b.explicit)
     if MAX_GROWTH_PER_MERGED_BYTE * merged_bytes <= budget:
         return buckets
-    return split_for_memory(buckets, whens, live_bytes(timeline), budget, copy_out, prefetch)
+    return split_for_memory(buckets, whens, live_bytes(timeline), budget, copy_out, prefetch, lead)
 
 
 def split_for_memory(buckets: list, whens: dict, base_live: list[int], budget: float,
-                     copy_out: str = "copy", prefetch: Prefetch = Prefetch()) -> list:
+                     copy_out: str = "copy", prefetch: Prefetch = Prefetch(), lead=None) -> list:
     """Halve the bucket that adds most at the estimated peak until it is within `budget` of the unbucketed one."""
     limit = max(base_live, default=0) + budget
     size = len(base_live) + 2
     while True:
-        issue = issue_positions(buckets, whens, prefetch)
+        issue = issue_positions(buckets, whens, prefetch, lead)
         extra = [0] * size
         per_bucket = {}
         for b in buckets:

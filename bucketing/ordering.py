@@ -6,8 +6,9 @@ Three decisions, made once per graph on the timeline taken before the rewrite:
   as its inputs allow, but not before the previous bucket of its kind and
   group is waited on: each bucket is prefetched while the one before it is
   used (FSDP's forward prefetch), and at most two are in flight. With torch's
-  estimates (`WITH_ESTIMATES`) three buckets ahead, the first at once, and
-  collectives left alone prefetched too.
+  estimates (`WITH_ESTIMATES`) three buckets ahead, the first at once,
+  collectives left alone prefetched too, and each early enough for its
+  estimated time (planning's `lead`).
 - **One issue order per process group that every rank agrees on**
   (`units_in_order`, `chains`). Ranks may compile graphs that differ between
   their collectives: a rank whose shard of an unevenly sharded parameter is
@@ -39,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 from collections import defaultdict
+from collections.abc import Callable
 
 import torch
 import torch.fx as fx
@@ -75,11 +77,14 @@ class Prefetch:
 WITH_ESTIMATES = Prefetch(depth=3, eager=True)
 
 
-def issue_positions(buckets: list[Bucket], whens: dict, prefetch: Prefetch = Prefetch()) -> dict[int, int]:
+def issue_positions(buckets: list[Bucket], whens: dict, prefetch: Prefetch = Prefetch(),
+                    lead: Callable[[Bucket], int] | None = None) -> dict[int, int]:
     """Per bucket (by id) that `prefetch` moves: the position, before the rewrite, it is issued before.
 
     As early as its inputs allow, but not before the bucket `prefetch.depth`
-    before it of its kind and group is first used.
+    before it of its kind and group is first used, unless `lead` (planning's
+    estimates) asks for an earlier position: enough compute before its first
+    use to hide it.
     """
     out: dict[int, int] = {}
     uses: dict[tuple, list[int]] = defaultdict(list)
@@ -94,6 +99,8 @@ def issue_positions(buckets: list[Bucket], whens: dict, prefetch: Prefetch = Pre
             gate = previous[-prefetch.depth]
         else:
             gate = ready if prefetch.eager else first
+        if lead is not None:
+            gate = min(gate, lead(b))
         out[id(b)] = max(ready, min(first, gate))
         previous.append(min(w.first_use for w in ws))
     return out
@@ -202,9 +209,13 @@ def place(graph: fx.Graph, timeline: Timeline, emitted: list, issue_at: dict[int
         at = issue_at.get(id(b))
         node = b.members[0].node
         if len(b.members) == 1 and at is not None and at < timeline.position.get(node, at):
-            # A collective left as it was, prefetched (Prefetch.eager).
-            issue_priority[node] = (at, ISSUE_BEFORE_ORIGINAL, 0)
-            issue_segment[node] = timeline.segment[node]
+            # A collective left as it was, prefetched (Prefetch.eager), with the
+            # single-use cast that feeds it, if any (planning counted it ready
+            # once the cast's source is).
+            moved = [node] if b.members[0].cast_source is None else [b.members[0].input, node]
+            for k, n in enumerate(moved):
+                issue_priority[n] = (at, ISSUE_BEFORE_ORIGINAL, k)
+                issue_segment[n] = timeline.segment[n]
     for e in emitted:
         members = e.bucket.members
         first = issue_at[id(e.bucket)]

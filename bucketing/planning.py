@@ -47,6 +47,7 @@ can list it.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections import defaultdict
 
@@ -68,10 +69,17 @@ class PlannedBuckets:
     """What planning decided, and what it knows of the graph for the report."""
 
     buckets: list[Bucket]  # in order of their first member, singletons included
-    over_cap: list[Skipped]  # collectives too big for any bucket
+    over_cap: list[Skipped]  # collectives too big for any bucket, or left by exact_reductions
     whens: dict[fx.Node, When]  # per collective node
     timeline: Timeline  # of the graph as planned, before any rewrite
     issue_at: dict[int, int]  # per bucket moved (by id): the position it is issued before
+    # Each collective over the cap, as a bucket of its own: issued like one left alone.
+    over_cap_alone: list[Bucket] = dataclasses.field(default_factory=list)
+
+    @property
+    def issued(self) -> list[Bucket]:
+        """Every bucket the issue order places, those over the cap included."""
+        return self.buckets + self.over_cap_alone
 
     def alone(self) -> list[Skipped]:
         """The collectives that stayed alone in their bucket, with why."""
@@ -171,8 +179,8 @@ def module_unit(c: Collective, options: BucketingOptions) -> tuple[str | None, b
     return modules.auto_block(c.module_stack), False
 
 
-def group_blocks(collectives: list[Collective], units: dict, whens: dict[fx.Node, When], timeline: Timeline,
-                 options: BucketingOptions, costs: DeviceCosts | None) -> dict:
+def group_blocks(collectives: list[Collective], units: dict, whens: dict[fx.Node, When],
+                 options: BucketingOptions, costs: DeviceCosts | None, compute_ms_before: list[float] | None) -> dict:
     """Units again, with every run of `k` consecutive blocks of one process
     group (in the order the graph first needs them) made one unit.
 
@@ -184,12 +192,9 @@ def group_blocks(collectives: list[Collective], units: dict, whens: dict[fx.Node
         if unit is not None and not explicit:
             blocks_of[c.group_name].setdefault(unit, []).append(c)
     out = dict(units)
-    compute_ms_before = None
     for blocks in blocks_of.values():
         k = options.blocks_per_bucket
         if k is None and costs is not None:
-            if compute_ms_before is None:
-                compute_ms_before = costs.compute_ms_before(timeline)
             k = estimated_blocks_per_bucket(list(blocks.values()), whens, compute_ms_before, costs,
                                             options.multidtype)
         if k is None or k <= 1:
@@ -250,15 +255,21 @@ def plan_buckets(
     device = collectives[0].node.meta["val"].device if collectives else None
     units = {c.node: module_unit(c, options) for c in collectives}
     costs = device_costs(device) if device is not None else None
+    compute_ms_before = costs.compute_ms_before(timeline) if costs is not None else None
     prefetch = ordering.WITH_ESTIMATES if costs is not None else ordering.Prefetch()
+    lead = None
+    if costs is not None:
+        def lead(b: Bucket) -> int:
+            return lead_position(b, whens, compute_ms_before, costs)
     if options.policy == "module":
-        units = group_blocks(collectives, units, whens, timeline, options, costs)
+        units = group_blocks(collectives, units, whens, options, costs, compute_ms_before)
     window = options.locality_flops
     if window is None:
         window = default_locality_flops(device.type if device is not None else "cpu")
 
     buckets: list[Bucket] = []
     skipped: list[Skipped] = []
+    over_cap_alone: list[Bucket] = []
     # Open buckets per key, newest last. merge_all keeps one; locality keeps a
     # few, so interleaved stretches (a layer's bias used after its matmul,
     # beside the next layer's weights) each find their own bucket.
@@ -328,6 +339,7 @@ def plan_buckets(
         if c.nbytes > cap:
             # Too big for any new bucket: it stays as it was, and open buckets stay open.
             skipped.append(Skipped(c.node.name, f"{c.nbytes} bytes alone exceed the cap of bucket {index}"))
+            over_cap_alone.append(Bucket(index, c.kind, key, cap, [c], c.nbytes, Span.of(w), module=unit))
             return None
         next_index[c.kind] += 1
         bid = len(buckets)
@@ -365,10 +377,28 @@ def plan_buckets(
     if windowed and any(len(b.members) > 1 and not b.explicit for b in buckets):
         budget = options.memory_budget_mb
         budget_bytes = max(b.cap_bytes for b in buckets) if budget is None else budget * MB
-        split = memory.split_to_budget(list(buckets), whens, timeline, budget_bytes, options.copy_out, prefetch)
+        split = memory.split_to_budget(list(buckets), whens, timeline, budget_bytes, options.copy_out, prefetch,
+                                       lead)
         if len(split) != len(buckets):
             buckets = _renumber_within_caps(split, whens, options)
-    return PlannedBuckets(buckets, skipped, whens, timeline, ordering.issue_positions(buckets, whens, prefetch))
+    issue_at = ordering.issue_positions(buckets + over_cap_alone, whens, prefetch, lead)
+    return PlannedBuckets(buckets, skipped, whens, timeline, issue_at, over_cap_alone)
+
+
+# How many times its estimated duration of compute a collective is issued
+# ahead of its first use, at least: room for the collectives queued before it.
+LEAD_FACTOR = 2.0
+
+
+def lead_position(b: Bucket, whens: dict[fx.Node, When], compute_ms_before: list[float],
+                  costs: DeviceCosts) -> int:
+    """The latest position from which `LEAD_FACTOR` times the bucket's estimated
+    collective time of compute lies before its first use."""
+    ws = [whens[m.node] for m in b.members]
+    first_use = min(w.first_use for w in ws)
+    duration = costs.collective_ms(b.kind, sum(w.in_bytes + w.out_bytes for w in ws), b.members[0].group_size)
+    target = compute_ms_before[first_use] - LEAD_FACTOR * duration
+    return max(0, bisect.bisect_right(compute_ms_before, target) - 1)
 
 
 def _inexact_reason(c: Collective) -> str:

@@ -122,13 +122,14 @@ def test_with_estimates_three_buckets_are_in_flight_and_nothing_waits_to_issue(g
 
     monkeypatch.setattr(planning, "device_costs", lambda device: _Estimates())
 
-    def f(x, extra, *params):
+    def f(x, extra, head, *params):
         for norm, w in zip(params[::2], params[1::2]):
             x = (x * ag(norm, group_name)) @ ag(w, group_name).t()
-        return x + ar(extra, group_name).sum()
+        return x + ar(extra, group_name).sum() + ag(head.to(torch.bfloat16), group_name).float().sum()
 
     layers = 6
-    gm = trace(f, ((2, 16), f32), ((4,), f32), *[((4,), f32), ((4, 16), f32)] * layers)
+    specs = [((2, 16), f32), ((4,), f32), ((4,), f32)] + [((4,), f32), ((4, 16), f32)] * layers
+    gm = trace(f, *specs)
     plan = bc.bucket_collectives(gm, locality_flops=0)
     assert [len(b.members) for b in plan.buckets if len(b.members) > 1] == [2] * layers
     nodes = list(gm.graph.nodes)
@@ -145,8 +146,22 @@ def test_with_estimates_three_buckets_are_in_flight_and_nothing_waits_to_issue(g
     # The all-reduce left alone is issued as soon as its input exists, not where the graph had it.
     all_reduce = next(i for i, n in enumerate(nodes) if n.target is c10d.all_reduce.default)
     assert all_reduce < matmuls[0], (all_reduce, matmuls)
+    # The head's all-gather, alone, is prefetched as a seventh bucket would be
+    # (once layer 3 uses its bucket), together with the cast that feeds it.
+    head = next(i for i, n in enumerate(nodes) if n.target is c10d.all_gather_into_tensor.default
+                and n.args[0].target is torch.ops.aten._to_copy.default)
+    assert matmuls[2] < head < matmuls[3], (head, matmuls)
+    # A collective estimated to take long goes earlier still: twice its time of
+    # compute before its first use (30 ms each here, a millisecond a node).
+    monkeypatch.setattr(planning, "device_costs", lambda device: _Estimates(latency_ms=30.0))
+    gm = trace(f, *specs)
+    bc.bucket_collectives(gm, locality_flops=0)
+    nodes = list(gm.graph.nodes)
+    matmuls = [i for i, n in enumerate(nodes) if n.target is torch.ops.aten.mm.default]
+    gathers = [i for i, n in enumerate(nodes) if n.target is c10d.all_gather_into_tensor.default]
+    assert max(gathers) < matmuls[0], (gathers, matmuls)
     # Without estimates (the CPU): one bucket ahead, and the all-reduce where it was.
-    gm = trace(f, ((2, 16), f32), ((4,), f32), *[((4,), f32), ((4, 16), f32)] * layers)
+    gm = trace(f, *specs)
     monkeypatch.setattr(planning, "device_costs", lambda device: None)
     bc.bucket_collectives(gm, locality_flops=0)
     nodes = list(gm.graph.nodes)
