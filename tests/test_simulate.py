@@ -229,3 +229,25 @@ def test_physics_of_a_small_llama3_on_h200(fake_world):
     assert result.estimator.failures == {}
     rows = [p.row("llama3-8b", "h200", world) for p in result.passes]
     assert all(set(r) == set(sim.KEYS) for r in rows)
+
+
+def test_the_pass_reads_torchs_estimates_for_the_simulated_gpu():
+    """What the default policy plans with on CUDA (bucketing/costs.py), for an H200
+    in nodes of 8: a collective's latency grows with the group, so merging saves
+    more across nodes; a copy costs its bytes twice at HBM bandwidth. (torch < 2.13's
+    NCCL model is ring-only and saves less across nodes than a copy costs.)"""
+    from benchmarks import sim_trace
+    from bucketing.costs import device_costs
+
+    with sim_trace.estimation(sim_trace.gpu("h200")):
+        costs = device_costs(torch.device("cuda"))
+        assert costs is not None
+        block = 436 * 2**20  # one llama3-8b block, bf16, gathered
+        within, across, wide = (costs.collective_ms("all_gather", block, n) for n in (8, 64, 512))
+        assert 0 < within < across < wide
+        saves = [costs.merge_saves_ms("all_gather", block, block, n) for n in (8, 64, 512)]
+        assert 0 < saves[0] < saves[1] < saves[2]
+        # 4.8 TB/s: 4.8 GB read and written once each takes 2 ms.
+        assert costs.copy_ms(4.8e9) == pytest.approx(2.0, rel=0.01)
+        # Within a node merging a gathered block saves less than copying it costs.
+        assert saves[0] < costs.copy_ms(block)
