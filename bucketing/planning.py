@@ -145,7 +145,8 @@ def copy_refusal(bucket: Bucket, c: Collective, whens: dict[fx.Node, When], cost
     collective time merging saves (a latency, more across nodes) must exceed the
     copies it adds (the member's copy-in and copy-out, and the first member's
     too while it is alone). On 8 GPUs of a node a large weight's gather saves
-    less than its copy-out costs; across nodes it saves more."""
+    less than its copy-out costs; across nodes it saves more. Not asked where
+    the group's size is unknown (an all-reduce's group that does not resolve)."""
     def moved(m: Collective) -> int:
         w = whens[m.node]
         return w.in_bytes + w.out_bytes
@@ -309,7 +310,7 @@ def plan_buckets(
             return f"the open bucket is full ({bucket.nbytes} + {c.nbytes} bytes > cap {bucket.cap_bytes:.0f})"
         if options.max_bucket_count is not None and len(bucket.members) >= options.max_bucket_count:
             return f"the open bucket already holds max_bucket_count={options.max_bucket_count} members"
-        if windowed and costs is not None and not bucket.explicit:
+        if windowed and costs is not None and not bucket.explicit and c.group_size >= 2:
             why = copy_refusal(bucket, c, whens, costs)
             if why:
                 return why
