@@ -67,7 +67,7 @@ def _plan_and_rewrite(graph: fx.Graph, opts: BucketingOptions) -> Plan:
     if not collectives:
         return Plan([], skipped, time.perf_counter() - start)
     planned = plan_buckets(graph, collectives, opts)
-    skipped += planned.over_cap + planned.alone()
+    skipped += planned.kept_out + planned.alone()
     if not planned.merged:
         return Plan([], skipped, time.perf_counter() - start)
     checkpoint = GraphCheckpoint(graph)

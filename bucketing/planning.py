@@ -69,17 +69,18 @@ class PlannedBuckets:
     """What planning decided, and what it knows of the graph for the report."""
 
     buckets: list[Bucket]  # in order of their first member, singletons included
-    over_cap: list[Skipped]  # collectives too big for any bucket, or left by exact_reductions
+    kept_out: list[Skipped]  # collectives kept out of every bucket: over the cap, copies, exact_reductions
     whens: dict[fx.Node, When]  # per collective node
     timeline: Timeline  # of the graph as planned, before any rewrite
     issue_at: dict[int, int]  # per bucket moved (by id): the position it is issued before
-    # Each collective over the cap, as a bucket of its own: issued like one left alone.
-    over_cap_alone: list[Bucket] = dataclasses.field(default_factory=list)
+    # Each collective kept out of every bucket (over the cap, or its copies
+    # outweigh merging), as a bucket of its own: issued like one left alone.
+    kept_alone: list[Bucket] = dataclasses.field(default_factory=list)
 
     @property
     def issued(self) -> list[Bucket]:
-        """Every bucket the issue order places, those over the cap included."""
-        return self.buckets + self.over_cap_alone
+        """Every bucket the issue order places, those kept out included."""
+        return self.buckets + self.kept_alone
 
     def alone(self) -> list[Skipped]:
         """The collectives that stayed alone in their bucket, with why."""
@@ -140,23 +141,18 @@ def locality_refusal(span: Span, w: When, timeline: Timeline, window_flops: floa
     return None
 
 
-def copy_refusal(bucket: Bucket, c: Collective, whens: dict[fx.Node, When], costs: DeviceCosts) -> str | None:
-    """Why `c` may not join `bucket` by torch's estimates, or None if it may: the
-    collective time merging saves (a latency, more across nodes) must exceed the
-    copies it adds (the member's copy-in and copy-out, and the first member's
-    too while it is alone). On 8 GPUs of a node a large weight's gather saves
-    less than its copy-out costs; across nodes it saves more. Not asked where
-    the group's size is unknown (an all-reduce's group that does not resolve)."""
-    def moved(m: Collective) -> int:
-        w = whens[m.node]
-        return w.in_bytes + w.out_bytes
-
-    bucket_bytes = sum(moved(m) for m in bucket.members)
-    copies = costs.copy_ms(moved(c) + (bucket_bytes if len(bucket.members) == 1 else 0))
-    saves = costs.merge_saves_ms(c.kind, bucket_bytes, moved(c), c.group_size)
+def copy_refusal(c: Collective, w: When, costs: DeviceCosts) -> str | None:
+    """Why `c` stays as it was by the device's estimates, or None if it may merge:
+    the collective time merging it with another of its size saves (a latency,
+    more across nodes) must exceed its copy-in and copy-out. On 8 GPUs of a
+    node a large weight's gather saves less than its copy-out costs; across
+    nodes it saves more."""
+    moved = w.in_bytes + w.out_bytes
+    copies = costs.copy_ms(moved)
+    saves = costs.merge_saves_ms(c.kind, moved, moved, c.group_size)
     if saves < copies:
-        return (f"by torch's estimates merging saves {saves * 1e3:.3g} us of {c.kind} "
-                f"but its copies cost {copies * 1e3:.3g} us")
+        return (f"merging saves an estimated {saves * 1e3:.3g} us of {c.kind}, "
+                f"less than its copy-in and copy-out cost ({copies * 1e3:.3g} us)")
     return None
 
 
@@ -270,7 +266,7 @@ def plan_buckets(
 
     buckets: list[Bucket] = []
     skipped: list[Skipped] = []
-    over_cap_alone: list[Bucket] = []
+    kept_alone: list[Bucket] = []
     # Open buckets per key, newest last. merge_all keeps one; locality keeps a
     # few, so interleaved stretches (a layer's bias used after its matmul,
     # beside the next layer's weights) each find their own bucket.
@@ -310,10 +306,6 @@ def plan_buckets(
             return f"the open bucket is full ({bucket.nbytes} + {c.nbytes} bytes > cap {bucket.cap_bytes:.0f})"
         if options.max_bucket_count is not None and len(bucket.members) >= options.max_bucket_count:
             return f"the open bucket already holds max_bucket_count={options.max_bucket_count} members"
-        if windowed and costs is not None and not bucket.explicit and c.group_size >= 2:
-            why = copy_refusal(bucket, c, whens, costs)
-            if why:
-                return why
         if windowed and bucket.module is None:
             return locality_refusal(bucket.span, w, timeline, window)
         return None
@@ -322,8 +314,16 @@ def plan_buckets(
         unit, explicit = units[c.node]
         key = (*bucket_key(c, options.multidtype), unit, explicit)
         w = whens[c.node]
+        # Copies against latency (with estimates; not asked inside the user's own
+        # entries, under merge_all, or where the group's size is unknown): a
+        # member refused stays as it was, like one over the cap, and open buckets stay open.
+        why = copy_refusal(c, w, costs) if windowed and costs is not None and not explicit \
+            and c.group_size >= 2 else None
+        if why:
+            skipped.append(Skipped(c.node.name, why))
+            kept_alone.append(Bucket(next_index[c.kind], c.kind, key, 0.0, [c], c.nbytes, Span.of(w), module=unit))
+            return None
         bids = open_by_key[key]
-        why = None
         for bid in reversed(bids):
             why = refusal(bid, c, w, mask)
             if why is None:
@@ -340,7 +340,7 @@ def plan_buckets(
         if c.nbytes > cap:
             # Too big for any new bucket: it stays as it was, and open buckets stay open.
             skipped.append(Skipped(c.node.name, f"{c.nbytes} bytes alone exceed the cap of bucket {index}"))
-            over_cap_alone.append(Bucket(index, c.kind, key, cap, [c], c.nbytes, Span.of(w), module=unit))
+            kept_alone.append(Bucket(index, c.kind, key, cap, [c], c.nbytes, Span.of(w), module=unit))
             return None
         next_index[c.kind] += 1
         bid = len(buckets)
@@ -382,8 +382,8 @@ def plan_buckets(
                                        lead)
         if len(split) != len(buckets):
             buckets = _renumber_within_caps(split, whens, options)
-    issue_at = ordering.issue_positions(buckets + over_cap_alone, whens, prefetch, lead)
-    return PlannedBuckets(buckets, skipped, whens, timeline, issue_at, over_cap_alone)
+    issue_at = ordering.issue_positions(buckets + kept_alone, whens, prefetch, lead)
+    return PlannedBuckets(buckets, skipped, whens, timeline, issue_at, kept_alone)
 
 
 # How many times its estimated duration of compute a collective is issued

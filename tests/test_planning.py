@@ -16,7 +16,7 @@ def _plan(gm, **options):
     opts = make_options(**options)
     found, _ = find_collectives(gm.graph, opts.collectives, opts.fuse_casts)
     planned = plan_buckets(gm.graph, found, opts)
-    return [[m.node.name for m in b.members] for b in planned.buckets], planned.over_cap
+    return [[m.node.name for m in b.members] for b in planned.buckets], planned.kept_out
 
 
 def test_multidtype_all_gathers_share_a_key(group_name):

@@ -184,7 +184,7 @@ def test_with_estimates_a_member_whose_copies_cost_more_than_merging_saves_stays
     plan = bc.bucket_collectives(gm, policy="locality", locality_flops=NO_LOCALITY)
     assert [len(b.members) for b in plan.buckets] == [3]
     reasons = [s.reason for s in plan.skipped]
-    assert len(reasons) == 2 and all("copies cost" in r for r in reasons), reasons
+    assert len(reasons) == 2 and all("copy-in and copy-out cost" in r for r in reasons), reasons
     # merge_all is the caps alone, estimates or not.
     gm = trace(f, small, big, small, big, small)
     assert [len(b.members) for b in bc.bucket_collectives(gm, policy="merge_all").buckets] == [5]
