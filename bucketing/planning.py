@@ -41,6 +41,13 @@ between its inputs being ready and its first use) below that same amount.
 The memory budget is enforced after planning (memory.py), and then each
 bucket's issue position is decided (ordering.issue_positions).
 
+With torch's estimates of the graph's device (costs.py; CUDA only), three
+rules plan with time instead of counts: consecutive blocks share a bucket
+until their collectives fit within their compute (`group_blocks`), a
+collective whose copies cost more than merging it saves stays as it was
+(`copy_refusal`), and each bucket is issued early enough for its estimated
+time (`lead_position`, with ordering.WITH_ESTIMATES).
+
 Every collective that ends alone in its bucket gets the reason, so the plan
 can list it.
 """
