@@ -47,6 +47,7 @@ class DeviceCosts:
         return alone - self.collective_ms(kind, bucket_bytes + member_bytes, group_size)
 
     def node_ms(self, node: fx.Node) -> float:
+        flops = node_flops(node)
         try:
             from torch._inductor.fx_passes.overlap_scheduling import estimate_roofline_runtime_ms
         except ImportError:
@@ -56,14 +57,24 @@ class DeviceCosts:
                 return float(estimate_roofline_runtime_ms(node))
             except Exception:  # no estimate for this node: its FLOPs alone
                 pass
-        return node_flops(node) / (ACHIEVED_PEAK * self.peak_flops_per_ms)
+        return flops / (ACHIEVED_PEAK * self.peak_flops_per_ms)
 
     def compute_ms_before(self, timeline: Timeline) -> list[float]:
-        """Per position of `timeline`, the estimated compute milliseconds before it (one more: the total)."""
+        """Per position of `timeline`, the estimated compute milliseconds before it (one more: the total).
+
+        Nodes that only feed all-gathers count nothing: the padding of an
+        uneven shard is one, and it exists on some ranks only (a rank's shard
+        is what it pads; a gradient before its reduce-scatter has one shape on
+        every rank), where counting it would let ranks plan differently."""
+        feeds_only_gathers: set[fx.Node] = set()
+        for node in reversed(timeline.nodes):
+            if node.users and all(u.target is ALL_GATHER.target or u in feeds_only_gathers for u in node.users):
+                feeds_only_gathers.add(node)
         out, total = [], 0.0
         for node in timeline.nodes:
             out.append(total)
-            total += self.node_ms(node)
+            if node not in feeds_only_gathers:
+                total += self.node_ms(node)
         out.append(total)
         return out
 

@@ -116,3 +116,23 @@ def test_a_reduction_is_not_held_behind_an_all_gather_planned_after_more_compute
     gather = next(i for i, n in enumerate(nodes) if n.target is c10d.all_gather_into_tensor.default)
     first_matmul = next(i for i, n in enumerate(nodes) if n.target is torch.ops.aten.mm.default)
     assert scatter < first_matmul < gather, gm.graph
+
+
+def test_with_estimates_buckets_still_issue_in_one_order(group_name, monkeypatch):
+    """The estimate-driven plan (deeper prefetch, leads by estimated time) keeps one
+    order across ranks: compute time is counted on FLOP nodes only, and the node a
+    padding rank adds has none."""
+    import dataclasses
+
+    import bucketing.planning as planning
+    from bucketing.costs import DeviceCosts
+
+    @dataclasses.dataclass(frozen=True)
+    class Latency(DeviceCosts):
+        def collective_ms(self, kind, nbytes, group_size):
+            return 1e-3 + nbytes * 1e-9
+
+    monkeypatch.setattr(planning, "device_costs", lambda device: Latency(1e6, 1e12))
+    early = _issue_order(_two_layers(group_name, late=False))
+    late = _issue_order(_two_layers(group_name, late=True))
+    assert early == late == ["all_gather_into_tensor", "all_gather_into_tensor_1"]
