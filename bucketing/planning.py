@@ -154,9 +154,8 @@ def copy_refusal(c: Collective, w: When, costs: DeviceCosts) -> str | None:
     more across nodes) must exceed its copy-in and copy-out. On 8 GPUs of a
     node a large weight's gather saves less than its copy-out costs; across
     nodes it saves more."""
-    moved = w.in_bytes + w.out_bytes
-    copies = costs.copy_ms(moved)
-    saves = costs.merge_saves_ms(c.kind, moved, moved, c.group_size)
+    copies = costs.copy_ms(w.moved_bytes)
+    saves = costs.merge_saves_ms(c.kind, w.moved_bytes, w.moved_bytes, c.group_size)
     if saves < copies:
         return (f"merging saves an estimated {saves * 1e3:.3g} us of {c.kind}, "
                 f"less than its copy-in and copy-out cost ({copies * 1e3:.3g} us)")
@@ -235,8 +234,7 @@ def estimated_blocks_per_bucket(blocks: list[list[Collective]], whens: dict[fx.N
     key_bytes: dict[tuple, float] = defaultdict(float)
     for members in blocks:
         for c in members:
-            w = whens[c.node]
-            key_bytes[bucket_key(c, multidtype)] += (w.in_bytes + w.out_bytes) / len(blocks)
+            key_bytes[bucket_key(c, multidtype)] += whens[c.node].moved_bytes / len(blocks)
     group_size = blocks[0][0].group_size
 
     def comm_ms(k: int) -> float:
@@ -404,7 +402,7 @@ def lead_position(b: Bucket, whens: dict[fx.Node, When], compute_ms_before: list
     collective time of compute lies before its first use."""
     ws = [whens[m.node] for m in b.members]
     first_use = min(w.first_use for w in ws)
-    duration = costs.collective_ms(b.kind, sum(w.in_bytes + w.out_bytes for w in ws), b.members[0].group_size)
+    duration = costs.collective_ms(b.kind, sum(w.moved_bytes for w in ws), b.members[0].group_size)
     target = compute_ms_before[first_use] - LEAD_FACTOR * duration
     return max(0, bisect.bisect_right(compute_ms_before, target) - 1)
 

@@ -20,6 +20,11 @@ class When:
     out_bytes: int
     anchor_flops: float  # all-gathers: compute before the first use; reductions: before the input is ready
 
+    @property
+    def moved_bytes(self) -> int:
+        """Input and output together: what torch's NCCL model and a copy-in plus copy-out count."""
+        return self.in_bytes + self.out_bytes
+
 
 @dataclasses.dataclass(frozen=True)
 class Span:
