@@ -16,6 +16,7 @@ datasheet has no peak. The policy then keeps its rules by FLOPs alone.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 
 import torch
@@ -47,17 +48,13 @@ class DeviceCosts:
         return alone - self.collective_ms(kind, bucket_bytes + member_bytes, group_size)
 
     def node_ms(self, node: fx.Node) -> float:
-        flops = node_flops(node)
-        try:
-            from torch._inductor.fx_passes.overlap_scheduling import estimate_roofline_runtime_ms
-        except ImportError:
-            estimate_roofline_runtime_ms = None
-        if estimate_roofline_runtime_ms is not None and node.op == "call_function":
+        roofline = _roofline()
+        if roofline is not None and node.op == "call_function":
             try:
-                return float(estimate_roofline_runtime_ms(node))
+                return float(roofline(node))
             except Exception:  # no estimate for this node: its FLOPs alone
                 pass
-        return flops / (ACHIEVED_PEAK * self.peak_flops_per_ms)
+        return node_flops(node) / (ACHIEVED_PEAK * self.peak_flops_per_ms)
 
     def compute_ms_before(self, timeline: Timeline) -> list[float]:
         """Per position of `timeline`, the estimated compute milliseconds before it (one more: the total).
@@ -85,6 +82,16 @@ class DeviceCosts:
         coll = {ALL_GATHER.name: NCCL_COLL.ALL_GATHER, REDUCE_SCATTER.name: NCCL_COLL.REDUCE_SCATTER,
                 ALL_REDUCE.name: NCCL_COLL.ALL_REDUCE}[kind]
         return float(estimate_nccl_collective_runtime_impl(int(nbytes), int(group_size), coll))
+
+
+@functools.cache
+def _roofline():
+    """torch's `estimate_roofline_runtime_ms`, looked up once (torch < 2.13: None)."""
+    try:
+        from torch._inductor.fx_passes.overlap_scheduling import estimate_roofline_runtime_ms
+    except ImportError:
+        return None
+    return estimate_roofline_runtime_ms
 
 
 def device_costs(device: torch.device) -> DeviceCosts | None:

@@ -9,6 +9,7 @@ halved where the peak is, until the estimate fits.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.fx as fx
@@ -79,7 +80,8 @@ def extra_peak_bytes(bucket: Bucket, whens: dict, issue: int, copy_out: str = "c
 
 
 def split_to_budget(buckets: list[Bucket], whens: dict, timeline: Timeline, budget: float,
-                    copy_out: str = "copy", prefetch: Prefetch = Prefetch(), lead=None) -> list[Bucket]:
+                    copy_out: str = "copy", prefetch: Prefetch = Prefetch(),
+                    lead: Callable[[Bucket], int] | None = None) -> list[Bucket]:
     """The buckets, halved where needed so the estimated peak stays within `budget` bytes of the unbucketed one."""
     merged_bytes = sum(b.nbytes for b in buckets if len(b.members) > 1 and not b.explicit)
     if MAX_GROWTH_PER_MERGED_BYTE * merged_bytes <= budget:
@@ -88,7 +90,8 @@ def split_to_budget(buckets: list[Bucket], whens: dict, timeline: Timeline, budg
 
 
 def split_for_memory(buckets: list, whens: dict, base_live: list[int], budget: float,
-                     copy_out: str = "copy", prefetch: Prefetch = Prefetch(), lead=None) -> list:
+                     copy_out: str = "copy", prefetch: Prefetch = Prefetch(),
+                     lead: Callable[[Bucket], int] | None = None) -> list:
     """Halve the bucket that adds most at the estimated peak until it is within `budget` of the unbucketed one."""
     limit = max(base_live, default=0) + budget
     size = len(base_live) + 2
