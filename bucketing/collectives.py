@@ -274,3 +274,13 @@ def _resolved_size(group_name: str) -> int:
         return int(_resolve_process_group(group_name).size())
     except Exception:
         return 0
+
+
+def resolved_rank(group_name: str) -> int | None:
+    """This process's rank in the group named `group_name`; None where it does not resolve here."""
+    try:
+        from torch.distributed.distributed_c10d import _resolve_process_group
+
+        return int(_resolve_process_group(group_name).rank())
+    except Exception:
+        return None

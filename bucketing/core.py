@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import lowering, memory, ordering, report
 from .checkpoint import GraphCheckpoint, RestoreFailed
-from .collectives import find_collectives
+from .collectives import find_collectives, resolved_rank
 from .options import BucketingOptions, make_options
 from .planning import PlannedBuckets, plan_buckets
 from .report import BucketReport, Plan  # noqa: F401  (re-exported)
@@ -106,12 +106,23 @@ def _emit(graph: fx.Graph, buckets: list, opts: BucketingOptions, skipped: list)
     emitted = []
     for bucket in buckets:
         try:
-            emitted.append(emit_bucket(graph, bucket, meta, opts.alignment_bytes, copy_out))
+            rank = _gather_rank(bucket) if opts.gather_in_place and bucket.kind == "all_gather" else None
+            emitted.append(emit_bucket(graph, bucket, meta, opts.alignment_bytes, copy_out, rank))
         except Exception as exc:
             log.warning("bucketing: left bucket %s unmerged: %s: %s", bucket.index, type(exc).__name__, exc)
             skipped.extend(report.skipped_members(bucket, f"rewrite failed: {exc}"))
     lowering.mark([n for e in emitted for n in e.wait_nodes], opts.lower_copy_out)
     return emitted
+
+
+def _gather_rank(bucket) -> int | None:
+    """This rank in the bucket's group, for an in-place gather; None (a staging chunk) where
+    the group does not resolve here."""
+    rank = resolved_rank(bucket.group_name)
+    if rank is None:
+        log.info("bucketing: gather_in_place: group %s does not resolve here; bucket %s gathers through "
+                 "a staging chunk", bucket.group_name, bucket.index)
+    return rank
 
 
 def _describe(graph: fx.Graph, emitted: list, planned: PlannedBuckets, opts: BucketingOptions,

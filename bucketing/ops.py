@@ -96,9 +96,9 @@ def _fill_templates(plan: tuple, device: torch.device) -> list:
     return templates
 
 
-def _copy_in_impl(inputs, offsets, numels, dtypes, chunk_bytes):
+def _fill_chunk(chunk, inputs, offsets, numels, dtypes) -> None:
+    """Write the members into one rank's chunk of bytes at their offsets (padding is never read)."""
     device = inputs[0].device
-    chunk = torch.empty(chunk_bytes, dtype=torch.uint8, device=device)
     plan = _copy_plan(dtypes, tuple(offsets), tuple(numels))
     for (dtype, start, end, _, _), (template, slots) in zip(plan, _fill_templates(plan, device)):
         parts = template.copy()
@@ -114,15 +114,28 @@ def _copy_in_impl(inputs, offsets, numels, dtypes, chunk_bytes):
             for part in parts:
                 span[pos:pos + part.numel()].copy_(part)
                 pos += part.numel()
+
+
+def _copy_in_impl(inputs, offsets, numels, dtypes, chunk_bytes):
+    chunk = torch.empty(chunk_bytes, dtype=torch.uint8, device=inputs[0].device)
+    _fill_chunk(chunk, inputs, offsets, numels, dtypes)
     return chunk
 
 
-# The copy-in fills a chunk-sized staging buffer that the all-gather then reads.
-# Writing straight into this rank's slot of the gathered buffer would need the
-# rank in the graph (one compiled artifact per rank) or an op returning a view
-# of its own output, which torch.library forbids. The staging buffer costs one
-# bucket / world_size of memory and no extra copy (the collective reads it in
-# place of the slot), and keeps the compiled code identical on every rank.
+def _copy_in_slot_impl(inputs, offsets, numels, dtypes, chunk_bytes, world, rank):
+    gathered = torch.empty(world * chunk_bytes, dtype=torch.uint8, device=inputs[0].device)
+    _fill_chunk(gathered[rank * chunk_bytes:(rank + 1) * chunk_bytes], inputs, offsets, numels, dtypes)
+    return gathered
+
+
+# By default the copy-in fills a chunk-sized staging buffer that the all-gather
+# then reads. Writing straight into this rank's slot of the gathered buffer
+# (`all_gather_copy_in_slot`, option gather_in_place) needs the rank in the
+# graph, one compiled artifact per rank: an op cannot return a view of its own
+# output, and nothing in a graph yields the rank at run time. The staging buffer
+# costs one bucket / world_size of memory and no extra copy (the collective
+# reads it in place of the slot), and keeps the compiled code identical on
+# every rank.
 #
 # Registered with torch.library.define/impl rather than custom_op: the op has
 # no autograd, and skipping custom_op's Python wrapper layers cuts its call
@@ -132,11 +145,21 @@ _lib.define(
     "all_gather_copy_in(Tensor[] inputs, int[] offsets, int[] numels, str dtypes, int chunk_bytes) -> Tensor"
 )
 _lib.impl("all_gather_copy_in", _copy_in_impl, "CompositeExplicitAutograd")
+_lib.define(
+    "all_gather_copy_in_slot(Tensor[] inputs, int[] offsets, int[] numels, str dtypes, int chunk_bytes, "
+    "int world, int rank) -> Tensor"
+)
+_lib.impl("all_gather_copy_in_slot", _copy_in_slot_impl, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake(f"{NAMESPACE}::all_gather_copy_in")
 def _(inputs, offsets, numels, dtypes, chunk_bytes):
     return inputs[0].new_empty(chunk_bytes, dtype=torch.uint8)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::all_gather_copy_in_slot")
+def _(inputs, offsets, numels, dtypes, chunk_bytes, world, rank):
+    return inputs[0].new_empty(world * chunk_bytes, dtype=torch.uint8)
 
 
 def _as_bytes(t: torch.Tensor) -> torch.Tensor:

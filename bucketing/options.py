@@ -94,6 +94,13 @@ class BucketingOptions:
     # sum of 2 values is the same in any order, so today groups of at most 2
     # (docs/design.md, "What stays the same"). All-gathers merge as before.
     exact_reductions: bool = False
+    # Gather each all-gather bucket in place: the copy-in writes this rank's slot
+    # of the gathered buffer, which the collective fills around it, as torch's
+    # own bucketing does. Saves the staging chunk (bucket / group size) while
+    # the collective runs, which at 2 ranks lets Inductor's peak-memory
+    # reorder issue a bucket as early as torch's; but the rank becomes a
+    # constant of the graph, so every rank compiles its own code.
+    gather_in_place: bool = False
     # At the first run, all-gather a digest of the plan and raise, naming the
     # first differing bucket, if ranks disagree (instead of deadlocking).
     verify_plan_across_ranks: bool = dataclasses.field(
@@ -118,6 +125,8 @@ class BucketingOptions:
             raise ValueError(f"fuse_casts must be a bool, got {self.fuse_casts!r}")
         if not isinstance(self.exact_reductions, bool):
             raise ValueError(f"exact_reductions must be a bool, got {self.exact_reductions!r}")
+        if not isinstance(self.gather_in_place, bool):
+            raise ValueError(f"gather_in_place must be a bool, got {self.gather_in_place!r}")
         if self.copy_out not in COPY_OUTS:
             raise ValueError(f"copy_out must be one of {COPY_OUTS}, got {self.copy_out!r}")
         if self.lower_copy_out not in LOWER_COPY_OUTS:
@@ -179,6 +188,7 @@ class BucketingOptions:
             self.module_buckets,
             self.exact_reductions,
             self.blocks_per_bucket,
+            self.gather_in_place,
         )
         return repr(fields)
 

@@ -113,8 +113,9 @@ PROVENANCE_KEYS = ("stack_trace", "nn_module_stack", "fwd_nn_module_stack", "sou
 
 
 def emit_bucket(graph: fx.Graph, bucket: Bucket, meta: MetaEvaluator, alignment: int,
-                copy_out: str = "copy") -> EmittedBucket:
-    """`copy_out`: lowering.copy_out_mode's answer for the graph."""
+                copy_out: str = "copy", gather_rank: int | None = None) -> EmittedBucket:
+    """`copy_out`: lowering.copy_out_mode's answer for the graph. `gather_rank`: this
+    rank in an all-gather's group, to gather in place (None: through a staging chunk)."""
     created: list[fx.Node] = []
     try:
         emit = {
@@ -122,7 +123,10 @@ def emit_bucket(graph: fx.Graph, bucket: Bucket, meta: MetaEvaluator, alignment:
             "reduce_scatter": _emit_reduce_scatter,
             "all_reduce": _emit_all_reduce,
         }[bucket.kind]
-        emitted = emit(graph, bucket, meta, alignment, copy_out, created)
+        if bucket.kind == "all_gather":
+            emitted = emit(graph, bucket, meta, alignment, copy_out, created, gather_rank)
+        else:
+            emitted = emit(graph, bucket, meta, alignment, copy_out, created)
         # The bucket's nodes point at its first member's code; each member's own
         # output at that member's wait.
         copy_provenance(bucket.members[0].node, created)
@@ -233,25 +237,33 @@ def _copy_out(graph, meta: MetaEvaluator, created, result: fx.Node, rows: int, m
 
 
 def _emit_all_gather(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int, copy_out: str,
-                     created) -> EmittedBucket:
+                     created, rank: int | None = None) -> EmittedBucket:
     members = bucket.members
     world = members[0].group_size
     layout = plan_chunk([(m.numel * m.dtype.itemsize, m.dtype.itemsize) for m in members], alignment,
                         groups=[m.dtype for m in members])
     sources = [m.cast_source if m.cast_source is not None else m.input for m in members]
-    copy_in = meta.call(
-        graph,
-        torch.ops.bucketing_ops.all_gather_copy_in.default,
-        (
-            sources,
-            [s.offset for s in layout.slots],
-            [m.numel for m in members],
-            ops.dtype_names(m.dtype for m in members),
-            layout.chunk_bytes,
-        ),
-        created,
+    copy_in_args = (
+        sources,
+        [s.offset for s in layout.slots],
+        [m.numel for m in members],
+        ops.dtype_names(m.dtype for m in members),
+        layout.chunk_bytes,
     )
-    gathered = meta.call(graph, c10d.all_gather_into_tensor.default, (copy_in, world, bucket.group_name), created)
+    if rank is None:
+        copy_in = meta.call(graph, torch.ops.bucketing_ops.all_gather_copy_in.default, copy_in_args, created)
+        gathered = meta.call(graph, c10d.all_gather_into_tensor.default, (copy_in, world, bucket.group_name),
+                             created)
+    else:
+        # In place: the copy-in writes this rank's slot of the gathered buffer,
+        # and the collective reads the slot and fills the rest (as NCCL's
+        # in-place all-gather does); no staging chunk is live beside the bucket.
+        buffer = meta.call(graph, torch.ops.bucketing_ops.all_gather_copy_in_slot.default,
+                           (*copy_in_args, world, rank), created)
+        chunk = layout.chunk_bytes
+        slot = meta.call(graph, aten.slice.Tensor, (buffer, 0, rank * chunk, (rank + 1) * chunk), created)
+        gathered = meta.call(graph, c10d.all_gather_into_tensor_out.default, (slot, world, bucket.group_name),
+                             created, out=buffer)
     issue = list(created)
     wait = meta.call(graph, c10d.wait_tensor.default, (gathered,), created)
     shapes = [[world * m.shape[0], *m.shape[1:]] for m in members]

@@ -85,10 +85,11 @@ def gathers_before_matmul_task(ctx, device: str, arch, options: dict) -> tuple[i
 
 @pytest.mark.inductor
 @pytest.mark.xfail(strict=True, reason=(
-    "at 2 ranks the copy-in's staging buffer is half the gathered bucket: the bucket needs "
-    "more memory in flight than torch's in-place one, Inductor's peak-memory reorder "
-    "serializes the second bucket behind the first's copy-out, and the peak-preserving "
-    "pass may not raise it past that point (budget 20%)"))
+    "by default (a staging chunk, the same code on every rank) the copy-in's staging buffer is half the "
+    "gathered bucket at 2 ranks: the bucket needs more memory in flight than torch's in-place one, "
+    "Inductor's peak-memory reorder serializes the second bucket behind the first's copy-out, and the "
+    "peak-preserving pass may not raise it past that point (budget 20%); gather_in_place=True is the "
+    "remedy (the test below)"))
 def test_both_buckets_are_issued_before_the_matmul_at_2_ranks(rank_pools):
     device, arch, options = TARGETS[0]
     results = raise_on_failure(
@@ -96,3 +97,15 @@ def test_both_buckets_are_issued_before_the_matmul_at_2_ranks(rank_pools):
                               options=options),
         "2 ranks")
     assert results[0] == (2, 2)
+
+
+@pytest.mark.inductor
+@pytest.mark.parametrize("device,arch,options", TARGETS, ids=["cpu-lowered", "sm90"])
+def test_gathered_in_place_both_buckets_are_issued_before_the_matmul_at_2_ranks(rank_pools, device, arch,
+                                                                                 options):
+    """gather_in_place: no staging chunk beside the bucket, and the reorder issues both early."""
+    results = raise_on_failure(
+        rank_pools.get(2).run(f"{__name__}:gathers_before_matmul_task", timeout_s=600, device=device, arch=arch,
+                              options={**options, "gather_in_place": True}),
+        "2 ranks")
+    assert results == [(2, 2), (2, 2)]

@@ -26,6 +26,22 @@ def test_copy_in_places_every_member_bytewise(grouped):
         assert torch.equal(chunk[slot.offset:slot.offset + slot.nbytes], x.view(torch.uint8)), slot
 
 
+@pytest.mark.parametrize("rank", [0, 2])
+def test_copy_in_slot_fills_the_ranks_slot_of_the_gathered_buffer(rank):
+    """gather_in_place's copy-in: each member's bytes at its offset in rank's slot of a world-sized buffer."""
+    gen = torch.Generator().manual_seed(2)
+    xs = [torch.randn(5, generator=gen).to(torch.bfloat16), torch.randn(7, generator=gen)]
+    layout = plan_chunk([(10, 2), (28, 4)], 16, groups=[x.dtype for x in xs])
+    args = (xs, [s.offset for s in layout.slots], [5, 7], ops.dtype_names([x.dtype for x in xs]), layout.chunk_bytes)
+    chunk = torch.ops.bucketing_ops.all_gather_copy_in(*args)
+    buffer = torch.ops.bucketing_ops.all_gather_copy_in_slot(*args, 3, rank)
+    assert buffer.dtype == torch.uint8 and buffer.numel() == 3 * layout.chunk_bytes
+    base = rank * layout.chunk_bytes
+    for slot in layout.slots:
+        start = slot.offset
+        assert torch.equal(buffer[base + start:base + start + slot.nbytes], chunk[start:start + slot.nbytes])
+
+
 def test_copy_in_casts_like_to():
     x = torch.randn(37, generator=torch.Generator().manual_seed(1)) * 1000
     layout = plan_chunk([(37 * 2, 2)], 16)

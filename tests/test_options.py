@@ -20,6 +20,7 @@ from bucketing.options import make_options
         ({"alignment_bytes": 12}, "alignment_bytes"),
         ({"alignment_bytes": 0}, "alignment_bytes"),
         ({"fuse_casts": 1}, "fuse_casts"),
+        ({"gather_in_place": "yes"}, "gather_in_place"),
         ({"policy": "greedy"}, "policy"),
         ({"locality_flops": -1}, "locality_flops"),
         ({"locality_flops": "big"}, "locality_flops"),

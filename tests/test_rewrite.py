@@ -1,6 +1,7 @@
 """Rewriting with a fake process group: graph shape, lint, order, idempotence."""
 
 import importlib
+import logging
 
 import expecttest
 import pytest
@@ -8,7 +9,7 @@ import torch
 
 import bucketing.core as bc
 
-from .graphs import ag, ar, count, rs, trace
+from .graphs import WORLD, ag, ar, count, rs, trace
 
 c10d = torch.ops._c10d_functional
 bf16, f32 = torch.bfloat16, torch.float32
@@ -327,3 +328,25 @@ def test_works_without_fake_vals(group_name):
     plan = bc.bucket_collectives(gm)
     assert len(plan.buckets) == 1
     gm.graph.lint()
+
+
+def test_gather_in_place_fills_the_ranks_slot_and_gathers_into_the_buffer(group_name, caplog):
+    """gather_in_place: the copy-in allocates the gathered buffer, the collective reads this
+    rank's slot of it and writes the buffer; a group that does not resolve gathers through
+    the staging chunk, with a log line."""
+    gm = trace(lambda *xs: tuple(ag(x, group_name) for x in xs), ((3,), f32), ((5,), bf16))
+    bc.bucket_collectives(gm, gather_in_place=True)
+    assert count(gm, c10d.all_gather_into_tensor.default) == 0
+    (gather,) = [n for n in gm.graph.nodes if n.target is c10d.all_gather_into_tensor_out.default]
+    (copy_in,) = [n for n in gm.graph.nodes if n.target is torch.ops.bucketing_ops.all_gather_copy_in_slot.default]
+    slot = gather.args[0]
+    chunk = copy_in.args[4]
+    assert gather.kwargs["out"] is copy_in and copy_in.args[5:] == (WORLD, 0)
+    assert slot.target is torch.ops.aten.slice.Tensor and slot.args == (copy_in, 0, 0, chunk)
+    assert tuple(copy_in.meta["val"].shape) == (WORLD * chunk,)
+
+    gm = trace(lambda *xs: tuple(ag(x, "no-such-group") for x in xs), ((3,), f32), ((5,), bf16))
+    with caplog.at_level(logging.INFO, logger="bucketing"):
+        bc.bucket_collectives(gm, gather_in_place=True)
+    assert count(gm, torch.ops.bucketing_ops.all_gather_copy_in.default) == 1
+    assert "gather_in_place: group no-such-group does not resolve here" in caplog.text

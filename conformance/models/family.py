@@ -48,7 +48,7 @@ class ModelSpec:
 
     def variants(self) -> dict[str, dict]:
         """Pass options per variant, each compared with the unbucketed run."""
-        out = {**VARIANTS, **EXACT_VARIANTS}
+        out = {**VARIANTS, **EXACT_VARIANTS, **IN_PLACE_VARIANTS}
         if self.module_plan is not None:
             out["module_buckets"] = {"module_buckets": self.module_plan}
         return out
@@ -271,6 +271,9 @@ GPT2_CONFIG = dict(n_inner=256, tie_word_embeddings=True, resid_pdrop=0.0, embd_
 VARIANTS = {"default": {}, "merge_all": {"policy": "merge_all"}}
 # The same under exact_reductions: bit-identical at every world size.
 EXACT_VARIANTS = {f"exact-{name}": {**options, "exact_reductions": True} for name, options in VARIANTS.items()}
+# The default options gathering each bucket in place (the rank's slot of the
+# gathered buffer, no staging chunk): the default's buckets, its bytes.
+IN_PLACE_VARIANTS = {"in_place-default": {"gather_in_place": True}}
 
 # 62 parameters, 59 reduce-scatters: in each of the 3 downsampling blocks the
 # shortcut BatchNorm's bias has the second BatchNorm's bias gradient (both sum

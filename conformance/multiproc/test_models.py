@@ -31,7 +31,8 @@ TWO_RANKS_ONLY = {"transformer-bf16-f32": {"module_buckets"}}
 # merged reduction may round otherwise (3 and 4 ranks, a ring of each), and
 # exact_reductions must not.
 ABOVE_TWO_IN_TESTS = {("blocks4-bf16-f32", 3), ("blocks4-bf16-f32", 4)}
-# At 2 ranks, the model that also runs under exact_reductions (merging as without).
+# At 2 ranks, the model that also runs under exact_reductions (merging as without)
+# and gathers in place (where the staging chunk is half a bucket).
 EXACT_AT_TWO = {"transformer-bf16-f32"}
 # For `nox -s conformance` (slow), a minute or two each: more architectures of
 # the registry's `transformers` (the Llama runs in the default session; BERT
@@ -84,12 +85,18 @@ def _expected_counts(spec, variant: str, world_size: int) -> tuple:
     """A variant's collectives per graph. Under exact_reductions: the variant's
     all-gathers, and its reductions too where gradients sum over 2 ranks at
     most; over more, every reduction left as it was."""
+    variant = variant.removeprefix("in_place-")  # the same buckets, gathered in place
     if not variant.startswith("exact-"):
         return spec.expect[variant]
     merged = spec.expect[variant.removeprefix("exact-")]
     if spec.reduction_group_size(world_size) <= 2:
         return merged
     return merged[:1] + spec.expect["unbucketed"][1:]
+
+
+def _project_option(variant: str) -> bool:
+    """A variant of an option not every pass has (exact_reductions, gather_in_place)."""
+    return variant.startswith(("exact-", "in_place-"))
 
 
 def _bit_identical_expected(spec, adapter, options: dict, world_size: int) -> bool:
@@ -111,9 +118,10 @@ def _check_model(model_id, world_size, bucketing_adapter, rank_pools, request, t
     else:
         # At 2 ranks exact_reductions changes nothing (every sum is of two):
         # one model shows it, the others keep the default session short.
-        variants = {k: v for k, v in variants.items() if not k.startswith("exact-") or model_id in EXACT_AT_TWO}
-    # exact_reductions only for a pass that honours it (one checked for results alone would ignore it).
-    variants = {k: v for k, v in variants.items() if not k.startswith("exact-")
+        variants = {k: v for k, v in variants.items() if not _project_option(k) or model_id in EXACT_AT_TWO}
+    # exact_reductions and gather_in_place only for a pass that honours them (one
+    # checked for results alone would ignore them).
+    variants = {k: v for k, v in variants.items() if not _project_option(k)
                 or (bucketing_adapter.expectations == BUCKETING and bucketing_adapter.unhonoured(v) is None)}
     results = raise_on_failure(
         rank_pools.get(world_size).run(
