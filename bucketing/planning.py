@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import math
 from collections import defaultdict
 
 import torch.fx as fx
@@ -183,7 +184,8 @@ def module_unit(c: Collective, options: BucketingOptions) -> tuple[str | None, b
 
 
 def group_blocks(collectives: list[Collective], units: dict, whens: dict[fx.Node, When],
-                 options: BucketingOptions, costs: DeviceCosts | None, compute_ms_before: list[float] | None) -> dict:
+                 options: BucketingOptions, costs: DeviceCosts | None,
+                 compute_ms_before: list[float] | None) -> BlockGrouping:
     """Units again, with every run of `k` consecutive blocks of one process
     group (in the order the graph first needs them) made one unit.
 
@@ -195,11 +197,18 @@ def group_blocks(collectives: list[Collective], units: dict, whens: dict[fx.Node
         if unit is not None and not explicit:
             blocks_of[c.group_name].setdefault(unit, []).append(c)
     out = dict(units)
-    for blocks in blocks_of.values():
+    communication_bound = set()
+    largest = max((sum(c.nbytes for c in members if c.kind == ALL_GATHER.name)
+                   for blocks in blocks_of.values() for members in blocks.values()), default=0)
+    for group_name, blocks in blocks_of.items():
         k = options.blocks_per_bucket
-        if k is None and costs is not None:
-            k = estimated_blocks_per_bucket(list(blocks.values()), whens, compute_ms_before, costs,
-                                            options.multidtype)
+        if costs is not None:
+            estimate = BlockEstimate.of(list(blocks.values()), whens, compute_ms_before, costs, options.multidtype,
+                                        options.cap_bytes(0))
+            if estimate.communication_bound():
+                communication_bound.add(group_name)
+            if k is None:
+                k = estimate.blocks_per_bucket()
         if k is None or k <= 1:
             continue
         names = list(blocks)
@@ -208,42 +217,82 @@ def group_blocks(collectives: list[Collective], units: dict, whens: dict[fx.Node
             for name in names[start:start + k]:
                 for c in blocks[name]:
                     out[c.node] = (label, False)
-    return out
+    return BlockGrouping(out, communication_bound, largest)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockGrouping:
+    units: dict  # collective node -> (unit, explicit), blocks grouped
+    # Process groups whose blocks' collectives outlast their compute (by the
+    # estimates; none without): BlockEstimate.communication_bound.
+    communication_bound: set[str]
+    largest_block_gather_bytes: int  # one block's gathered parameters, the largest
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockEstimate:
+    """A typical block of one process group by the device's estimates: the median
+    compute between consecutive blocks' anchors, and each key's mean bytes
+    (moved: input and output, as torch's model counts them; and the bytes the
+    bucket cap counts)."""
+
+    blocks: int
+    block_ms: float
+    key_bytes: dict  # key -> (moved bytes, capped bytes) per block
+    group_size: int
+    costs: DeviceCosts
+    cap_bytes: float = float("inf")
+
+    @classmethod
+    def of(cls, blocks: list[list[Collective]], whens: dict[fx.Node, When], compute_ms_before: list[float],
+           costs: DeviceCosts, multidtype: bool = True, cap_bytes: float = float("inf")) -> BlockEstimate:
+        def anchor(c: Collective) -> int:
+            w = whens[c.node]
+            return w.first_use if c.kind == ALL_GATHER.name else w.ready
+
+        anchors = [min(anchor(c) for c in members) for members in blocks]
+        gaps = sorted(abs(compute_ms_before[b] - compute_ms_before[a]) for a, b in zip(anchors, anchors[1:]))
+        block_ms = gaps[len(gaps) // 2] if gaps else 0.0
+        key_bytes: dict[tuple, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
+        for members in blocks:
+            for c in members:
+                moved, capped = key_bytes[bucket_key(c, multidtype)]
+                key_bytes[bucket_key(c, multidtype)] = (moved + whens[c.node].moved_bytes / len(blocks),
+                                                        capped + c.nbytes / len(blocks))
+        return cls(len(blocks), block_ms, dict(key_bytes), blocks[0][0].group_size, costs, cap_bytes)
+
+    def comm_ms(self, k: int) -> float:
+        """k blocks' collectives, merged per key into as many buckets as the cap needs."""
+        total = 0.0
+        for key, (moved, capped) in self.key_bytes.items():
+            pieces = max(1, math.ceil(k * capped / self.cap_bytes))
+            total += pieces * self.costs.collective_ms(key[0], k * moved / pieces, self.group_size)
+        return total
+
+    def blocks_per_bucket(self) -> int:
+        """The fewest consecutive blocks whose collectives, merged per key, take no
+        longer than the blocks' compute: the next bucket's prefetch then hides
+        behind this one's compute. Every block where none do (the collectives
+        outweigh the compute at any size): the caps and the memory budget split them."""
+        for k in range(1, self.blocks):
+            if self.comm_ms(k) <= k * self.block_ms:
+                return k
+        return self.blocks
+
+    def communication_bound(self) -> bool:
+        """Whether all blocks' collectives, merged, outlast their compute: then the
+        compute stream waits anyway, and a copy-in or copy-out costs nothing the
+        step would see, while every collective saved shortens it."""
+        return self.blocks >= 2 and self.comm_ms(self.blocks) > self.blocks * self.block_ms
 
 
 def estimated_blocks_per_bucket(blocks: list[list[Collective]], whens: dict[fx.Node, When],
                                 compute_ms_before: list[float], costs: DeviceCosts,
                                 multidtype: bool = True) -> int:
-    """The fewest consecutive blocks whose collectives, merged per key, take no
-    longer than the blocks' compute: the next bucket's prefetch then hides
-    behind this one's compute. Every block where none do (the collectives
-    outweigh the compute at any size): the caps and the memory budget split
-    them. A typical block is the median compute between consecutive blocks'
-    anchors and each key's mean bytes (input and output, as torch's model
-    counts them)."""
+    """`BlockEstimate.blocks_per_bucket` of these blocks (1 for fewer than two)."""
     if len(blocks) < 2:
         return 1
-
-    def anchor(c: Collective) -> int:
-        w = whens[c.node]
-        return w.first_use if c.kind == ALL_GATHER.name else w.ready
-
-    anchors = [min(anchor(c) for c in members) for members in blocks]
-    gaps = sorted(abs(compute_ms_before[b] - compute_ms_before[a]) for a, b in zip(anchors, anchors[1:]))
-    block_ms = gaps[len(gaps) // 2]
-    key_bytes: dict[tuple, float] = defaultdict(float)
-    for members in blocks:
-        for c in members:
-            key_bytes[bucket_key(c, multidtype)] += whens[c.node].moved_bytes / len(blocks)
-    group_size = blocks[0][0].group_size
-
-    def comm_ms(k: int) -> float:
-        return sum(costs.collective_ms(key[0], k * nbytes, group_size) for key, nbytes in key_bytes.items())
-
-    for k in range(1, len(blocks)):
-        if comm_ms(k) <= k * block_ms:
-            return k
-    return len(blocks)
+    return BlockEstimate.of(blocks, whens, compute_ms_before, costs, multidtype).blocks_per_bucket()
 
 
 def plan_buckets(
@@ -263,8 +312,10 @@ def plan_buckets(
     if costs is not None:
         def lead(b: Bucket) -> int:
             return lead_position(b, whens, compute_ms_before, costs)
+    grouping = BlockGrouping(units, set(), 0)
     if options.policy == "module":
-        units = group_blocks(collectives, units, whens, options, costs, compute_ms_before)
+        grouping = group_blocks(collectives, units, whens, options, costs, compute_ms_before)
+        units = grouping.units
     window = options.locality_flops
     if window is None:
         window = default_locality_flops(device.type if device is not None else "cpu")
@@ -320,10 +371,11 @@ def plan_buckets(
         key = (*bucket_key(c, options.multidtype), unit, explicit)
         w = whens[c.node]
         # Copies against latency (with estimates; not asked inside the user's own
-        # entries, under merge_all, or where the group's size is unknown): a
+        # entries, under merge_all, where the group's size is unknown, or where its
+        # collectives outlast the compute, which then has time for copies): a
         # member refused stays as it was, like one over the cap, and open buckets stay open.
         why = copy_refusal(c, w, costs) if windowed and costs is not None and not explicit \
-            and c.group_size >= 2 else None
+            and c.group_size >= 2 and c.group_name not in grouping.communication_bound else None
         if why:
             skipped.append(Skipped(c.node.name, why))
             kept_alone.append(Bucket(next_index[c.kind], c.kind, key, 0.0, [c], c.nbytes, Span.of(w), module=unit))
@@ -383,6 +435,9 @@ def plan_buckets(
     if windowed and any(len(b.members) > 1 and not b.explicit for b in buckets):
         budget = options.memory_budget_mb
         budget_bytes = max(b.cap_bytes for b in buckets) if budget is None else budget * MB
+        if budget is None and costs is not None:
+            # With estimates: what FSDP2's prefetch holds, two blocks' gathered parameters.
+            budget_bytes = max(budget_bytes, 2 * grouping.largest_block_gather_bytes)
         split = memory.split_to_budget(list(buckets), whens, timeline, budget_bytes, options.copy_out, prefetch,
                                        lead)
         if len(split) != len(buckets):

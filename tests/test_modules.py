@@ -261,6 +261,77 @@ def test_blocks_per_bucket_estimated_from_collective_and_compute_costs(group_nam
     assert estimated_blocks_per_bucket(blocks, whens, before, _Costs(latency_ms, ms_per_byte)) == expected
 
 
+def test_blocks_per_bucket_counts_the_buckets_the_cap_makes(group_name):
+    """With a cap of one block's bytes, two blocks merged are still two collectives:
+    at a 1.5 ms latency no run of blocks fits within its compute (1 ms a block),
+    so the estimate takes every block and finds the group communication-bound."""
+    from bucketing.planning import BlockEstimate
+
+    blocks, whens, before = _blocks_and_whens(group_name)
+    one_block = max(sum(c.nbytes for c in members) for members in blocks)
+    free = BlockEstimate.of(blocks, whens, before, _Costs(1.5, 0.0))
+    assert (free.blocks_per_bucket(), free.communication_bound()) == (2, False)
+    capped = BlockEstimate.of(blocks, whens, before, _Costs(1.5, 0.0), cap_bytes=one_block)
+    assert (capped.comm_ms(2), capped.blocks_per_bucket(), capped.communication_bound()) == (3.0, 4, True)
+
+
+class _Estimates(_Costs):
+    """_Costs with copies at `copy_ms_per_byte`, a millisecond of compute a node,
+    and merging saving one latency."""
+
+    def __init__(self, latency_ms, ms_per_byte, copy_ms_per_byte):
+        super().__init__(latency_ms, ms_per_byte)
+        self.copy_ms_per_byte = copy_ms_per_byte
+
+    def copy_ms(self, nbytes):
+        return nbytes * self.copy_ms_per_byte
+
+    def merge_saves_ms(self, kind, bucket_bytes, member_bytes, group_size):
+        return self.latency_ms
+
+    def compute_ms_before(self, timeline):
+        return [float(i) for i in range(len(timeline.nodes) + 1)]
+
+
+@pytest.mark.parametrize("ms_per_byte, refused", [
+    # compute-bound: each block's weight (160 bytes moved: 0.016 ms of copies) and the head stay alone
+    (0.0, 5),
+    (1.0, 0),  # communication-bound (160 ms a weight): the compute has time for every copy
+])
+def test_with_estimates_copies_are_refused_only_where_the_compute_bounds_the_step(group_name, monkeypatch,
+                                                                                  ms_per_byte, refused):
+    import bucketing.planning as planning
+
+    # Merging saves 10 us; a byte copied in and out costs 0.1 us: the weight's
+    # copies (0.016 ms) cost more than merging saves, the bias's (40 bytes) less.
+    monkeypatch.setattr(planning, "device_costs", lambda device: _Estimates(0.01, ms_per_byte, 1e-4))
+    plan = bc.bucket_collectives(_forward(group_name), locality_flops=0)
+    reasons = [s.reason for s in plan.skipped if "copy-in and copy-out cost" in s.reason]
+    assert len(reasons) == refused, plan
+
+
+def test_with_estimates_the_memory_budget_is_two_blocks_gathered(group_name, monkeypatch):
+    """FSDP2's prefetch bound: with estimates and no memory_budget_mb, buckets may
+    add two blocks' gathered parameters (here 2 x 160 bytes) to the estimated peak."""
+    import bucketing.planning as planning
+
+    budgets = []
+    real = planning.memory.split_to_budget
+
+    def spy(buckets, whens, timeline, budget, *args):
+        budgets.append(budget)
+        return real(buckets, whens, timeline, budget, *args)
+
+    monkeypatch.setattr(planning.memory, "split_to_budget", spy)
+    monkeypatch.setattr(planning, "device_costs", lambda device: _Estimates(0.01, 0.0, 0.0))
+    cap_mb = 160 / 2**20
+    bc.bucket_collectives(_forward(group_name), locality_flops=0, bucket_cap_mb=cap_mb)
+    bc.bucket_collectives(_forward(group_name), locality_flops=0, bucket_cap_mb=cap_mb, memory_budget_mb=1e-4)
+    monkeypatch.setattr(planning, "device_costs", lambda device: None)
+    bc.bucket_collectives(_forward(group_name), locality_flops=0, bucket_cap_mb=cap_mb)
+    assert budgets == [320, 1e-4 * 2**20, 160], budgets
+
+
 def test_no_estimates_on_the_cpu():
     from bucketing.costs import device_costs
 
