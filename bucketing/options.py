@@ -87,7 +87,8 @@ class BucketingOptions:
     # reductions). None: what one collective's latency is worth on the graph's
     # device, so merging never gives up overlap that could hide a collective.
     locality_flops: float | None = None
-    # How far bucketing may raise the estimated peak live bytes. None: one bucket cap.
+    # How far bucketing may raise the estimated peak live bytes. None: one bucket
+    # cap, or with torch's estimates (CUDA) two blocks' gathered parameters if more.
     memory_budget_mb: float | None = None
     # Merge all-reduces and reduce-scatters only where the merged result is
     # bit-identical to the separate ones for the collective's group size: a

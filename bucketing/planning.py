@@ -209,15 +209,50 @@ def group_blocks(collectives: list[Collective], units: dict, whens: dict[fx.Node
                 communication_bound.add(group_name)
             if k is None:
                 k = estimate.blocks_per_bucket()
-        if k is None or k <= 1:
-            continue
-        names = list(blocks)
-        for start in range(0, len(names), k):
-            label = "+".join(names[start:start + k])
-            for name in names[start:start + k]:
-                for c in blocks[name]:
-                    out[c.node] = (label, False)
+        if k is not None and k > 1:
+            names = list(blocks)
+            for start in range(0, len(names), k):
+                label = "+".join(names[start:start + k])
+                for name in names[start:start + k]:
+                    for c in blocks[name]:
+                        out[c.node] = (label, False)
+        if group_name in communication_bound:
+            _join_nearest_blocks(collectives, group_name, out, whens, costs)
     return BlockGrouping(out, communication_bound, largest)
+
+
+def _join_nearest_blocks(collectives: list[Collective], group_name: str, units: dict, whens: dict[fx.Node, When],
+                         costs: DeviceCosts) -> None:
+    """In a communication-bound group every collective saved shortens the step: one
+    outside the blocks (a final norm, a bias between blocks) whose merging saves
+    more than its copies cost joins a block unit of its kind without making it
+    earlier or later. An all-gather joins the unit the graph needs last before
+    it (the unit's first use stays where it was); a reduction, the unit whose
+    inputs are last ready soonest after its own (the unit's issue stays)."""
+    def anchor(c: Collective) -> int:
+        w = whens[c.node]
+        return w.first_use if c.kind == ALL_GATHER.name else w.ready
+
+    mine = [c for c in collectives if c.group_name == group_name]
+    spans: dict[tuple[str, str], tuple[int, int]] = {}
+    for c in mine:
+        unit = units[c.node][0]
+        if unit is not None:
+            a = anchor(c)
+            first, last = spans.get((c.kind, unit), (a, a))
+            spans[(c.kind, unit)] = (min(first, a), max(last, a))
+    for c in mine:
+        if units[c.node][0] is not None or c.group_size < 2 or copy_refusal(c, whens[c.node], costs):
+            continue
+        a = anchor(c)
+        if c.kind == ALL_GATHER.name:
+            fits = [(first, unit) for (kind, unit), (first, _) in spans.items() if kind == c.kind and first <= a]
+            chosen = max(fits, default=None)
+        else:
+            fits = [(last, unit) for (kind, unit), (_, last) in spans.items() if kind == c.kind and last >= a]
+            chosen = min(fits, default=None)
+        if chosen is not None:
+            units[c.node] = (chosen[1], False)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,13 +2,19 @@
 
 torch's estimates exist on CUDA only, so on the CPU the default policy never
 groups blocks, never weighs copies against latency and prefetches one bucket
-ahead. This adapter hands the pass a fixed latency-bandwidth model instead
+ahead. These adapters hand the pass a fixed latency-bandwidth model instead
 (`AlphaBeta`), chosen so that every one of those paths acts on the family's
-small models: blocks merge (a collective's latency outweighs any block's
-compute), members moving more than 100 KB stay alone (their copies cost more
-than the latency merging saves), and every bucket is issued at once (twice
-its time of compute lies before no use). Results are then checked byte for
-byte on real process groups where there is no GPU.
+small models:
+
+- `COMMUNICATION_BOUND`: a collective's latency (1 s) outweighs any block's
+  compute, so blocks merge, collectives outside the blocks join them, no copy
+  is refused, and every bucket is issued at once (twice its time of compute
+  lies before no use);
+- `COMPUTE_BOUND`: a block computes for seconds and a collective takes 1 ms,
+  so each block is its own bucket, and members moving more than 100 KB stay
+  alone (their copies cost more than the latency merging saves).
+
+Results are then checked byte for byte on real process groups where there is no GPU.
 """
 
 import dataclasses
@@ -16,11 +22,8 @@ from unittest import mock
 
 from conformance import adapters
 
-LATENCY_MS = 1000.0
-HBM_BYTES_PER_MS = 200.0  # a member moving 100 KB copies in 1000 ms: no merge saves that
 
-
-def _with_estimates() -> adapters.PassAdapter:
+def _with_estimates(name: str, latency_ms: float, flops_per_ms: float, hbm_bytes_per_ms: float) -> adapters.PassAdapter:
     import bucketing.core as bc
     import bucketing.planning as planning
     from bucketing.costs import DeviceCosts
@@ -29,12 +32,12 @@ def _with_estimates() -> adapters.PassAdapter:
     @dataclasses.dataclass(frozen=True)
     class AlphaBeta(DeviceCosts):
         def collective_ms(self, kind, nbytes, group_size):
-            return 0.0 if group_size < 2 else LATENCY_MS + nbytes / self.hbm_bytes_per_ms
+            return 0.0 if group_size < 2 else latency_ms + nbytes / self.hbm_bytes_per_ms
 
         def node_ms(self, node):
             return node_flops(node) / self.peak_flops_per_ms
 
-    costs = AlphaBeta(peak_flops_per_ms=1e9, hbm_bytes_per_ms=HBM_BYTES_PER_MS)
+    costs = AlphaBeta(peak_flops_per_ms=flops_per_ms, hbm_bytes_per_ms=hbm_bytes_per_ms)
 
     class EstimatingPass(bc.BucketingPass):
         def __call__(self, graph):
@@ -42,11 +45,15 @@ def _with_estimates() -> adapters.PassAdapter:
                 super().__call__(graph)
 
         def uuid(self):
-            return super().uuid() + "-alpha-beta"
+            return super().uuid() + f"-{name}"
 
     project = adapters.load("project")
-    return dataclasses.replace(project, name="project-estimates", expectations=adapters.SEMANTICS_ONLY,
+    return dataclasses.replace(project, name=f"project-{name}", expectations=adapters.SEMANTICS_ONLY,
                                inductor_pass=EstimatingPass)
 
 
-ADAPTER = _with_estimates()
+# A member moving 100 KB copies in 1000 ms (200 bytes/ms): no merge saves that, were it asked.
+COMMUNICATION_BOUND = _with_estimates("communication-bound", latency_ms=1000.0, flops_per_ms=1e9,
+                                      hbm_bytes_per_ms=200.0)
+# A block's tens of MFLOPs take seconds; a member moving 100 KB copies in 1 ms, the latency merging saves.
+COMPUTE_BOUND = _with_estimates("compute-bound", latency_ms=1.0, flops_per_ms=1e4, hbm_bytes_per_ms=2e5)

@@ -310,6 +310,32 @@ def test_with_estimates_copies_are_refused_only_where_the_compute_bounds_the_ste
     assert len(reasons) == refused, plan
 
 
+@pytest.mark.parametrize("ms_per_byte", [0.0, 1.0], ids=["compute-bound", "communication-bound"])
+def test_with_estimates_a_collective_outside_the_blocks_joins_them_where_communication_bounds_the_step(
+        group_name, monkeypatch, ms_per_byte):
+    """Communication-bound, every collective saved shortens the step: the head's gather
+    (used after the last block) joins the blocks' unit, and a gradient outside
+    any block joins the blocks' reduce-scatter of its dtype. Compute-bound, both
+    stay out of the blocks."""
+    import bucketing.planning as planning
+
+    monkeypatch.setattr(planning, "device_costs", lambda device: _Estimates(0.01, ms_per_byte, 0.0))
+    forward = bc.bucket_collectives(_forward(group_name), locality_flops=0)
+    gm = _backward(group_name)
+    bias = [n for n in gm.graph.nodes if n.target is c10d.reduce_scatter_tensor.default][1]
+    del bias.meta["fwd_nn_module_stack"]  # layers.3's bias gradient, now outside every block
+    backward = bc.bucket_collectives(gm, locality_flops=0)
+    if ms_per_byte:
+        everything = "+".join(f"layers.{i}" for i in range(BLOCKS))
+        assert [(b.module, len(b.members)) for b in forward.buckets] == [(everything, 2 * BLOCKS + 1)]
+        backward_blocks = "+".join(f"layers.{i}" for i in reversed(range(BLOCKS)))
+        assert sorted((b.module, b.dtypes, len(b.members)) for b in backward.buckets) == [
+            (backward_blocks, ("bfloat16",), BLOCKS), (backward_blocks, ("float32",), BLOCKS)]
+    else:
+        assert [(b.module, len(b.members)) for b in forward.buckets] == [(f"layers.{i}", 2) for i in range(BLOCKS)]
+        assert bias.name not in {m for b in backward.buckets for m in b.members}
+
+
 def test_with_estimates_the_memory_budget_is_two_blocks_gathered(group_name, monkeypatch):
     """FSDP2's prefetch bound: with estimates and no memory_budget_mb, buckets may
     add two blocks' gathered parameters (here 2 x 160 bytes) to the estimated peak."""
