@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import operator
 
 import torch
 import torch.fx as fx
@@ -48,6 +49,8 @@ class DeviceCosts:
         return alone - self.collective_ms(kind, bucket_bytes + member_bytes, group_size)
 
     def node_ms(self, node: fx.Node) -> float:
+        if runs_no_kernel(node):
+            return 0.0
         roofline = _roofline()
         if roofline is not None and node.op == "call_function":
             try:
@@ -82,6 +85,28 @@ class DeviceCosts:
         coll = {ALL_GATHER.name: NCCL_COLL.ALL_GATHER, REDUCE_SCATTER.name: NCCL_COLL.REDUCE_SCATTER,
                 ALL_REDUCE.name: NCCL_COLL.ALL_REDUCE}[kind]
         return float(estimate_nccl_collective_runtime_impl(int(nbytes), int(group_size), coll))
+
+
+# Allocations Inductor makes without a kernel.
+_ALLOCATIONS = frozenset({"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided"})
+
+
+def runs_no_kernel(node: fx.Node) -> bool:
+    """Nodes no compute kernel runs for: a tuple's `getitem`, a view (every result
+    aliases an input: the chunks of a `split` that pads an uneven shard), an
+    allocation, a collective or its wait (the NCCL model times those). torch's
+    roofline would charge a split's getitem every byte of the split's input."""
+    if node.op != "call_function" or node.target is operator.getitem:
+        return True
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if target.namespace == "_c10d_functional":
+        return True
+    returns = target._schema.returns
+    if returns and all(r.alias_info is not None and not r.alias_info.is_write for r in returns):
+        return True
+    return target.namespace == "aten" and target._opname in _ALLOCATIONS
 
 
 @functools.cache

@@ -216,22 +216,32 @@ def group_blocks(collectives: list[Collective], units: dict, whens: dict[fx.Node
                 for name in names[start:start + k]:
                     for c in blocks[name]:
                         out[c.node] = (label, False)
-        if group_name in communication_bound:
-            _join_nearest_blocks(collectives, group_name, out, whens, costs)
+        if costs is not None:
+            _join_nearest_blocks(collectives, group_name, out, whens, costs, compute_ms_before,
+                                 group_name in communication_bound)
     return BlockGrouping(out, communication_bound, largest)
 
 
 def _join_nearest_blocks(collectives: list[Collective], group_name: str, units: dict, whens: dict[fx.Node, When],
-                         costs: DeviceCosts) -> None:
-    """In a communication-bound group every collective saved shortens the step: one
-    outside the blocks (a final norm, a bias between blocks) whose merging saves
-    more than its copies cost joins a block unit of its kind without making it
-    earlier or later. An all-gather joins the unit the graph needs last before
-    it (the unit's first use stays where it was); a reduction, the unit whose
-    inputs are last ready soonest after its own (the unit's issue stays)."""
+                         costs: DeviceCosts, compute_ms_before: list[float], communication_bound: bool) -> None:
+    """A collective outside the blocks (embeddings, a final norm, an output
+    projection) whose merging saves more than its copies cost joins a block
+    unit of its kind next to it, where that costs no more than it saves:
+
+    - a unit it leaves in place: an all-gather joins the unit the graph needs
+      last before it (the unit's first use stays), a reduction the unit whose
+      inputs are last ready soonest after its own (the unit's issue stays). Its
+      own result or input is then held over the compute in between, which
+      only a communication-bound group has time for (every collective saved
+      shortens its step), or where that compute is shorter than the saving;
+    - else a unit it moves by less compute than merging saves: the embeddings'
+      all-gather joins the first block's unit, their reduce-scatter the last."""
     def anchor(c: Collective) -> int:
         w = whens[c.node]
         return w.first_use if c.kind == ALL_GATHER.name else w.ready
+
+    def compute_between(a: int, b: int) -> float:
+        return abs(compute_ms_before[b] - compute_ms_before[a])
 
     mine = [c for c in collectives if c.group_name == group_name]
     spans: dict[tuple[str, str], tuple[int, int]] = {}
@@ -242,17 +252,24 @@ def _join_nearest_blocks(collectives: list[Collective], group_name: str, units: 
             first, last = spans.get((c.kind, unit), (a, a))
             spans[(c.kind, unit)] = (min(first, a), max(last, a))
     for c in mine:
-        if units[c.node][0] is not None or c.group_size < 2 or copy_refusal(c, whens[c.node], costs):
+        w = whens[c.node]
+        if units[c.node][0] is not None or c.group_size < 2 or copy_refusal(c, w, costs):
             continue
         a = anchor(c)
-        if c.kind == ALL_GATHER.name:
-            fits = [(first, unit) for (kind, unit), (first, _) in spans.items() if kind == c.kind and first <= a]
-            chosen = max(fits, default=None)
-        else:
-            fits = [(last, unit) for (kind, unit), (_, last) in spans.items() if kind == c.kind and last >= a]
-            chosen = min(fits, default=None)
-        if chosen is not None:
-            units[c.node] = (chosen[1], False)
+        saves = costs.merge_saves_ms(c.kind, w.moved_bytes, w.moved_bytes, c.group_size)
+        ours = [(unit, first, last) for (kind, unit), (first, last) in spans.items() if kind == c.kind]
+        gathers = c.kind == ALL_GATHER.name
+        # (the unit's edge it keeps, unit) and (the unit's edge it moves, unit)
+        keeps = [(first, unit) for unit, first, _ in ours if first <= a] if gathers else \
+            [(last, unit) for unit, _, last in ours if last >= a]
+        moves = [(first, unit) for unit, first, _ in ours if first > a] if gathers else \
+            [(last, unit) for unit, _, last in ours if last < a]
+        kept = (max if gathers else min)(keeps, default=None)
+        moved = (min if gathers else max)(moves, default=None)
+        if kept is not None and (communication_bound or compute_between(kept[0], a) < saves):
+            units[c.node] = (kept[1], False)
+        elif moved is not None and compute_between(moved[0], a) < saves:
+            units[c.node] = (moved[1], False)
 
 
 @dataclasses.dataclass(frozen=True)

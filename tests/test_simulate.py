@@ -4,6 +4,8 @@ small real model traced for an H200."""
 
 from __future__ import annotations
 
+import operator
+
 import pytest
 import torch
 import torch.fx as fx
@@ -251,3 +253,37 @@ def test_the_pass_reads_torchs_estimates_for_the_simulated_gpu():
         assert costs.copy_ms(4.8e9) == pytest.approx(2.0, rel=0.01)
         # Within a node merging a gathered block saves less than copying it costs.
         assert saves[0] < costs.copy_ms(block)
+
+
+def test_the_pass_charges_no_compute_for_nodes_without_a_kernel():
+    """A split's chunks (how an uneven shard is padded) and their getitems, views and
+    collectives run no compute kernel: on the simulated H200 the pass's compute before
+    a position counts none of them (torch's roofline would charge each getitem the
+    split's whole input), as the simulator's timeline does not."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from benchmarks import sim_trace
+    from bucketing.costs import device_costs
+    from bucketing.timeline import Timeline
+
+    from .graphs import ag
+
+    def f(x, w, shard):
+        chunks = x.split(64)
+        y = torch.cat([c * 2 for c in chunks[:2]])
+        return y @ w, ag(shard, "some-group")
+
+    with sim_trace.estimation(sim_trace.gpu("h200")):
+        with FakeTensorMode():
+            args = [torch.empty(s, device="cuda") for s in ((1024, 4096), (4096, 4096), (4096,))]
+            gm = make_fx(f)(*args)
+        costs = device_costs(torch.device("cuda"))
+        timeline = Timeline(gm.graph)
+        before = costs.compute_ms_before(timeline)
+    charged = {node: before[i + 1] - before[i] for i, node in enumerate(timeline.nodes)}
+    free = [n for n in timeline.nodes if tl.is_free(n)]
+    assert {n.target for n in free} >= {operator.getitem, torch.ops.aten.split.Tensor}, free
+    assert all(charged[n] == 0 for n in free), {n.name: charged[n] for n in free}
+    matmul = next(n for n in timeline.nodes if n.target is torch.ops.aten.mm.default)
+    assert charged[matmul] > 0
