@@ -269,6 +269,11 @@ def test_the_pass_charges_no_compute_for_nodes_without_a_kernel():
 
     from .graphs import ag
 
+    try:
+        sim.check_torch()  # torch < 2.13 has no roofline: FLOPs alone, none for these nodes
+    except RuntimeError as e:
+        pytest.skip(str(e))
+
     def f(x, w, shard):
         chunks = x.split(64)
         y = torch.cat([c * 2 for c in chunks[:2]])
