@@ -32,3 +32,25 @@ def trace(fn, *specs):
 
 def count(gm, target) -> int:
     return sum(1 for n in gm.graph.nodes if n.target is target)
+
+
+class StandInEstimates:
+    """Stands in for torch's estimates (bucketing/costs.py), which the CPU has none
+    of: each collective a fixed latency plus its bytes at a bandwidth, merging
+    saving one latency, a copy its bytes at another bandwidth, a millisecond of
+    compute a node."""
+
+    def __init__(self, latency_ms=1.0, ms_per_byte=0.0, copy_ms_per_byte=0.0):
+        self.latency_ms, self.ms_per_byte, self.copy_ms_per_byte = latency_ms, ms_per_byte, copy_ms_per_byte
+
+    def collective_ms(self, kind, nbytes, group_size):
+        return self.latency_ms + nbytes * self.ms_per_byte
+
+    def copy_ms(self, nbytes):
+        return nbytes * self.copy_ms_per_byte
+
+    def merge_saves_ms(self, kind, bucket_bytes, member_bytes, group_size):
+        return self.latency_ms
+
+    def compute_ms_before(self, timeline):
+        return [float(i) for i in range(len(timeline.nodes) + 1)]

@@ -9,7 +9,7 @@ import bucketing.core as bc
 from bucketing import modules
 from bucketing.options import make_options
 
-from .graphs import ag, rs, trace
+from .graphs import StandInEstimates, ag, rs, trace
 
 f32, bf16 = torch.float32, torch.bfloat16
 c10d = torch.ops._c10d_functional
@@ -215,16 +215,6 @@ def test_bad_blocks_per_bucket_fails_at_construction(value):
         bc.BucketingPass(blocks_per_bucket=value)
 
 
-class _Costs:
-    """Hand-made estimates: each collective costs a latency plus its bytes at a bandwidth."""
-
-    def __init__(self, latency_ms, ms_per_byte):
-        self.latency_ms, self.ms_per_byte = latency_ms, ms_per_byte
-
-    def collective_ms(self, kind, nbytes, group_size):
-        return self.latency_ms + nbytes * self.ms_per_byte
-
-
 def _blocks_and_whens(group_name):
     from bucketing.collectives import find_collectives
     from bucketing.planning import module_unit, when
@@ -258,7 +248,7 @@ def test_blocks_per_bucket_estimated_from_collective_and_compute_costs(group_nam
 
     blocks, whens, before = _blocks_and_whens(group_name)
     assert len(blocks) == 4
-    assert estimated_blocks_per_bucket(blocks, whens, before, _Costs(latency_ms, ms_per_byte)) == expected
+    assert estimated_blocks_per_bucket(blocks, whens, before, StandInEstimates(latency_ms, ms_per_byte)) == expected
 
 
 def test_blocks_per_bucket_counts_the_buckets_the_cap_makes(group_name):
@@ -269,28 +259,10 @@ def test_blocks_per_bucket_counts_the_buckets_the_cap_makes(group_name):
 
     blocks, whens, before = _blocks_and_whens(group_name)
     one_block = max(sum(c.nbytes for c in members) for members in blocks)
-    free = BlockEstimate.of(blocks, whens, before, _Costs(1.5, 0.0))
+    free = BlockEstimate.of(blocks, whens, before, StandInEstimates(1.5, 0.0))
     assert (free.blocks_per_bucket(), free.communication_bound()) == (2, False)
-    capped = BlockEstimate.of(blocks, whens, before, _Costs(1.5, 0.0), cap_bytes=one_block)
+    capped = BlockEstimate.of(blocks, whens, before, StandInEstimates(1.5, 0.0), cap_bytes=one_block)
     assert (capped.comm_ms(2), capped.blocks_per_bucket(), capped.communication_bound()) == (3.0, 4, True)
-
-
-class _Estimates(_Costs):
-    """_Costs with copies at `copy_ms_per_byte`, a millisecond of compute a node,
-    and merging saving one latency."""
-
-    def __init__(self, latency_ms, ms_per_byte, copy_ms_per_byte):
-        super().__init__(latency_ms, ms_per_byte)
-        self.copy_ms_per_byte = copy_ms_per_byte
-
-    def copy_ms(self, nbytes):
-        return nbytes * self.copy_ms_per_byte
-
-    def merge_saves_ms(self, kind, bucket_bytes, member_bytes, group_size):
-        return self.latency_ms
-
-    def compute_ms_before(self, timeline):
-        return [float(i) for i in range(len(timeline.nodes) + 1)]
 
 
 @pytest.mark.parametrize("ms_per_byte, refused", [
@@ -304,7 +276,7 @@ def test_with_estimates_copies_are_refused_only_where_the_compute_bounds_the_ste
 
     # Merging saves 10 us; a byte copied in and out costs 0.1 us: the weight's
     # copies (0.016 ms) cost more than merging saves, the bias's (40 bytes) less.
-    monkeypatch.setattr(planning, "device_costs", lambda device: _Estimates(0.01, ms_per_byte, 1e-4))
+    monkeypatch.setattr(planning, "device_costs", lambda device: StandInEstimates(0.01, ms_per_byte, 1e-4))
     plan = bc.bucket_collectives(_forward(group_name), locality_flops=0)
     reasons = [s.reason for s in plan.skipped if "copy-in and copy-out cost" in s.reason]
     assert len(reasons) == refused, plan
@@ -319,7 +291,7 @@ def test_with_estimates_a_collective_outside_the_blocks_joins_them_where_communi
     stay out of the blocks."""
     import bucketing.planning as planning
 
-    monkeypatch.setattr(planning, "device_costs", lambda device: _Estimates(0.01, ms_per_byte, 0.0))
+    monkeypatch.setattr(planning, "device_costs", lambda device: StandInEstimates(0.01, ms_per_byte, 0.0))
     forward = bc.bucket_collectives(_forward(group_name), locality_flops=0)
     gm = _backward(group_name)
     bias = [n for n in gm.graph.nodes if n.target is c10d.reduce_scatter_tensor.default][1]
@@ -349,7 +321,7 @@ def test_with_estimates_the_memory_budget_is_two_blocks_gathered(group_name, mon
         return real(buckets, whens, timeline, budget, *args)
 
     monkeypatch.setattr(planning.memory, "split_to_budget", spy)
-    monkeypatch.setattr(planning, "device_costs", lambda device: _Estimates(0.01, 0.0, 0.0))
+    monkeypatch.setattr(planning, "device_costs", lambda device: StandInEstimates(0.01, 0.0, 0.0))
     cap_mb = 160 / 2**20
     bc.bucket_collectives(_forward(group_name), locality_flops=0, bucket_cap_mb=cap_mb)
     bc.bucket_collectives(_forward(group_name), locality_flops=0, bucket_cap_mb=cap_mb, memory_budget_mb=1e-4)

@@ -7,7 +7,7 @@ import torch
 import bucketing.core as bc
 from bucketing.memory import estimate_peak_bytes
 
-from .graphs import ag, ar, trace
+from .graphs import StandInEstimates, ag, ar, trace
 
 c10d = torch.ops._c10d_functional
 f32 = torch.float32
@@ -96,31 +96,10 @@ def test_next_bucket_is_prefetched_while_the_previous_one_is_used(group_name):
             assert issued[k] > matmuls[k - 2], (issued, matmuls)
 
 
-class _Estimates:
-    """Stands in for torch's estimates, which the CPU has none of: with any,
-    buckets are prefetched three deep and nothing issues later than it could.
-    Each collective a fixed latency plus its bytes at a bandwidth; a copy its bytes at another."""
-
-    def __init__(self, latency_ms=1.0, ms_per_byte=0.0, copy_ms_per_byte=0.0):
-        self.latency_ms, self.ms_per_byte, self.copy_ms_per_byte = latency_ms, ms_per_byte, copy_ms_per_byte
-
-    def collective_ms(self, kind, nbytes, group_size):
-        return self.latency_ms + nbytes * self.ms_per_byte
-
-    def copy_ms(self, nbytes):
-        return nbytes * self.copy_ms_per_byte
-
-    def merge_saves_ms(self, kind, bucket_bytes, member_bytes, group_size):
-        return self.latency_ms
-
-    def compute_ms_before(self, timeline):
-        return [float(i) for i in range(len(timeline.nodes) + 1)]
-
-
 def test_with_estimates_three_buckets_are_in_flight_and_nothing_waits_to_issue(group_name, monkeypatch):
     import bucketing.planning as planning
 
-    monkeypatch.setattr(planning, "device_costs", lambda device: _Estimates())
+    monkeypatch.setattr(planning, "device_costs", lambda device: StandInEstimates())
 
     def f(x, extra, head, *params):
         for norm, w in zip(params[::2], params[1::2]):
@@ -153,7 +132,7 @@ def test_with_estimates_three_buckets_are_in_flight_and_nothing_waits_to_issue(g
     assert matmuls[2] < head < matmuls[3], (head, matmuls)
     # A collective estimated to take long goes earlier still: twice its time of
     # compute before its first use (30 ms each here, a millisecond a node).
-    monkeypatch.setattr(planning, "device_costs", lambda device: _Estimates(latency_ms=30.0))
+    monkeypatch.setattr(planning, "device_costs", lambda device: StandInEstimates(latency_ms=30.0))
     gm = trace(f, *specs)
     bc.bucket_collectives(gm, locality_flops=0)
     nodes = list(gm.graph.nodes)
@@ -174,7 +153,7 @@ def test_with_estimates_a_member_whose_copies_cost_more_than_merging_saves_stays
 
     # Merging saves 10 us; copying a byte in and out costs 1 ns: the 48 bytes a
     # (4,) f32 gather moves cost 0.05 us, the 192 KiB of a (256, 64) one 197 us.
-    monkeypatch.setattr(planning, "device_costs", lambda device: _Estimates(0.01, 0.0, 1e-6))
+    monkeypatch.setattr(planning, "device_costs", lambda device: StandInEstimates(0.01, 0.0, 1e-6))
 
     def f(*params):
         return [ag(p, group_name) * 2 for p in params]
