@@ -211,9 +211,15 @@ def group_blocks(collectives: list[Collective], units: dict, whens: dict[fx.Node
                 k = estimate.blocks_per_bucket()
         if k is not None and k > 1:
             names = list(blocks)
-            for start in range(0, len(names), k):
-                label = "+".join(names[start:start + k])
-                for name in names[start:start + k]:
+            runs = [names[start:start + k] for start in range(0, len(names), k)]
+            if options.blocks_per_bucket is None and group_name not in communication_bound and len(names) > 2:
+                # The graph's first bucket waits with nothing to hide it, and so does
+                # its last (a backward's last gradients): one block each, the rest k.
+                middle = names[1:-1]
+                runs = [names[:1]] + [middle[start:start + k] for start in range(0, len(middle), k)] + [names[-1:]]
+            for run in runs:
+                label = "+".join(run)
+                for name in run:
                     for c in blocks[name]:
                         out[c.node] = (label, False)
         if costs is not None:

@@ -215,12 +215,12 @@ def test_bad_blocks_per_bucket_fails_at_construction(value):
         bc.BucketingPass(blocks_per_bucket=value)
 
 
-def _blocks_and_whens(group_name):
+def _blocks_and_whens(group_name, gm=None):
     from bucketing.collectives import find_collectives
     from bucketing.planning import module_unit, when
     from bucketing.timeline import Timeline
 
-    gm = _forward(group_name)
+    gm = gm if gm is not None else _forward(group_name)
     options = bc.BucketingOptions()
     collectives, _ = find_collectives(gm.graph, options.collectives, options.fuse_casts)
     timeline = Timeline(gm.graph)
@@ -249,6 +249,42 @@ def test_blocks_per_bucket_estimated_from_collective_and_compute_costs(group_nam
     blocks, whens, before = _blocks_and_whens(group_name)
     assert len(blocks) == 4
     assert estimated_blocks_per_bucket(blocks, whens, before, StandInEstimates(latency_ms, ms_per_byte)) == expected
+
+
+def test_estimated_buckets_hold_one_block_at_the_start_and_the_end(group_name, monkeypatch):
+    """Two blocks a bucket by the estimates (a latency of 1.5 blocks' compute), but
+    the first bucket waits with nothing to hide it and the backward's last
+    likewise: those hold one block each. blocks_per_bucket=2 is taken as written."""
+    import bucketing.planning as planning
+    from bucketing.timeline import Timeline
+
+    def latency_of_one_and_a_half_blocks(gm):
+        blocks, whens, _ = _blocks_and_whens(group_name, gm)
+        before = StandInEstimates().compute_ms_before(Timeline(gm.graph))  # a millisecond a node
+        block_ms = planning.BlockEstimate.of(blocks, whens, before, StandInEstimates()).block_ms
+        costs = StandInEstimates(1.5 * block_ms, 0.0, 0.0)
+        assert planning.estimated_blocks_per_bucket(blocks, whens, before, costs) == 2
+        monkeypatch.setattr(planning, "device_costs", lambda device: costs)
+
+    latency_of_one_and_a_half_blocks(_forward(group_name))
+    plan = bc.bucket_collectives(_forward(group_name), locality_flops=0)
+    assert [b.module for b in plan.buckets] == ["layers.0", "layers.1+layers.2", "layers.3"]
+    # A backward: each block's gradient computed (a matmul each, last block first) and reduced.
+    def backward(x, *weights):
+        return tuple(rs(x @ w, group_name) for w in reversed(weights))
+
+    gm = trace(backward, ((8, 8), f32), *[((8, 8), f32)] * BLOCKS)
+    scatters = [n for n in gm.graph.nodes if n.target is c10d.reduce_scatter_tensor.default]
+    for i, node in enumerate(scatters):
+        _tag(node, f"L['fn'].layers.{BLOCKS - 1 - i}.proj", key="fwd_nn_module_stack")
+    latency_of_one_and_a_half_blocks(gm)
+    plan = bc.bucket_collectives(gm)
+    # One gradient a block: the first and the last block's stay alone.
+    assert [b.module for b in plan.buckets] == ["layers.2+layers.1"]
+    assert sorted(s.node_name for s in plan.skipped) == sorted(n.name for n in (scatters[0], scatters[-1]))
+    latency_of_one_and_a_half_blocks(_forward(group_name))
+    plan = bc.bucket_collectives(_forward(group_name), locality_flops=0, blocks_per_bucket=2)
+    assert [b.module for b in plan.buckets] == ["layers.0+layers.1", "layers.2+layers.3"]
 
 
 def test_blocks_per_bucket_counts_the_buckets_the_cap_makes(group_name):
