@@ -183,6 +183,12 @@ def module_unit(c: Collective, options: BucketingOptions) -> tuple[str | None, b
     return modules.auto_block(c.module_stack), False
 
 
+def anchor(c: Collective, whens: dict[fx.Node, When]) -> int:
+    """Where the graph needs a block's collective: an all-gather's first use, a reduction's ready input."""
+    w = whens[c.node]
+    return w.first_use if c.kind == ALL_GATHER.name else w.ready
+
+
 def group_blocks(collectives: list[Collective], units: dict, whens: dict[fx.Node, When],
                  options: BucketingOptions, costs: DeviceCosts | None,
                  compute_ms_before: list[float] | None) -> BlockGrouping:
@@ -242,10 +248,6 @@ def _join_nearest_blocks(collectives: list[Collective], group_name: str, units: 
       shortens its step), or where that compute is shorter than the saving;
     - else a unit it moves by less compute than merging saves: the embeddings'
       all-gather joins the first block's unit, their reduce-scatter the last."""
-    def anchor(c: Collective) -> int:
-        w = whens[c.node]
-        return w.first_use if c.kind == ALL_GATHER.name else w.ready
-
     def compute_between(a: int, b: int) -> float:
         return abs(compute_ms_before[b] - compute_ms_before[a])
 
@@ -254,14 +256,14 @@ def _join_nearest_blocks(collectives: list[Collective], group_name: str, units: 
     for c in mine:
         unit = units[c.node][0]
         if unit is not None:
-            a = anchor(c)
+            a = anchor(c, whens)
             first, last = spans.get((c.kind, unit), (a, a))
             spans[(c.kind, unit)] = (min(first, a), max(last, a))
     for c in mine:
         w = whens[c.node]
         if units[c.node][0] is not None or c.group_size < 2 or copy_refusal(c, w, costs):
             continue
-        a = anchor(c)
+        a = anchor(c, whens)
         saves = costs.merge_saves_ms(c.kind, w.moved_bytes, w.moved_bytes, c.group_size)
         ours = [(unit, first, last) for (kind, unit), (first, last) in spans.items() if kind == c.kind]
         gathers = c.kind == ALL_GATHER.name
@@ -304,11 +306,7 @@ class BlockEstimate:
     @classmethod
     def of(cls, blocks: list[list[Collective]], whens: dict[fx.Node, When], compute_ms_before: list[float],
            costs: DeviceCosts, multidtype: bool = True, cap_bytes: float = float("inf")) -> BlockEstimate:
-        def anchor(c: Collective) -> int:
-            w = whens[c.node]
-            return w.first_use if c.kind == ALL_GATHER.name else w.ready
-
-        anchors = [min(anchor(c) for c in members) for members in blocks]
+        anchors = [min(anchor(c, whens) for c in members) for members in blocks]
         gaps = sorted(abs(compute_ms_before[b] - compute_ms_before[a]) for a, b in zip(anchors, anchors[1:]))
         block_ms = gaps[len(gaps) // 2] if gaps else 0.0
         key_bytes: dict[tuple, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
