@@ -26,6 +26,8 @@ from collections.abc import Callable
 import torch
 import torch.fx as fx
 
+from bucketing.costs import runs_no_kernel
+
 WAIT = torch.ops._c10d_functional.wait_tensor.default
 _COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional")
 
@@ -81,10 +83,6 @@ def _view_packets() -> frozenset:
                                    aten.view_as_real, aten.view_as_complex, aten.slice}
 
 
-# Ops that allocate and launch nothing.
-_ALLOCATIONS = frozenset({"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided"})
-
-
 def is_view(node: fx.Node) -> bool:
     """A node whose result is a view of an input: no kernel, no memory of its own."""
     from torch._inductor.fx_passes.fusion_regions import is_view_node
@@ -105,15 +103,12 @@ def is_view(node: fx.Node) -> bool:
         return False
 
 
-def is_allocation(node: fx.Node) -> bool:
-    return isinstance(node.target, torch._ops.OpOverload) and node.target._opname in _ALLOCATIONS \
-        and node.target.namespace == "aten"
-
-
 def is_free(node: fx.Node) -> bool:
-    """Nodes that run no kernel on the GPU."""
-    return (node.op != "call_function" or node.target is operator.getitem or is_view(node)
-            or is_allocation(node) or is_wait(node) or is_collective(node))
+    """Nodes that run no kernel on the GPU: what the pass's estimates leave out
+    (bucketing.costs.runs_no_kernel: getitem, schema views, allocations,
+    collectives and waits), and the views and legacy collectives the simulator
+    also knows (`_unsafe_view`, `c10d_functional`)."""
+    return runs_no_kernel(node) or is_view(node) or is_collective(node)
 
 
 @dataclasses.dataclass

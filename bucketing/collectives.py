@@ -266,21 +266,23 @@ def _describe(node: fx.Node, kind: Kind, fuse_casts: bool) -> tuple[Collective |
     return record, ""
 
 
-def _resolved_size(group_name: str) -> int:
-    """Ranks in the process group named `group_name`; 0 where it does not resolve here."""
+def _resolved_group(group_name: str):
+    """The process group named `group_name`, or None where it does not resolve here."""
     try:
         from torch.distributed.distributed_c10d import _resolve_process_group
 
-        return int(_resolve_process_group(group_name).size())
+        return _resolve_process_group(group_name)
     except Exception:
-        return 0
+        return None
+
+
+def _resolved_size(group_name: str) -> int:
+    """Ranks in the process group named `group_name`; 0 where it does not resolve here."""
+    group = _resolved_group(group_name)
+    return 0 if group is None else int(group.size())
 
 
 def resolved_rank(group_name: str) -> int | None:
     """This process's rank in the group named `group_name`; None where it does not resolve here."""
-    try:
-        from torch.distributed.distributed_c10d import _resolve_process_group
-
-        return int(_resolve_process_group(group_name).rank())
-    except Exception:
-        return None
+    group = _resolved_group(group_name)
+    return None if group is None else int(group.rank())

@@ -41,12 +41,16 @@ between its inputs being ready and its first use) below that same amount.
 The memory budget is enforced after planning (memory.py), and then each
 bucket's issue position is decided (ordering.issue_positions).
 
-With torch's estimates of the graph's device (costs.py; CUDA only), three
+With torch's estimates of the graph's device (costs.py; CUDA only), the
 rules plan with time instead of counts: consecutive blocks share a bucket
-until their collectives fit within their compute (`group_blocks`), a
-collective whose copies cost more than merging it saves stays as it was
-(`copy_refusal`), and each bucket is issued early enough for its estimated
-time (`lead_position`, with ordering.WITH_ESTIMATES).
+until their collectives fit within their compute, the first and the last
+unit one block (`group_blocks`, `BlockEstimate`); collectives outside the
+blocks join a neighbouring unit where that saves more than it costs
+(`_join_nearest_blocks`); a collective whose copies cost more than merging
+it saves stays as it was, unless the group is communication-bound
+(`copy_refusal`); the memory budget is two blocks' gathered parameters; and
+each bucket is issued early enough for its estimated time (`lead_position`,
+with ordering.WITH_ESTIMATES).
 
 Every collective that ends alone in its bucket gets the reason, so the plan
 can list it.
@@ -196,7 +200,7 @@ def group_blocks(collectives: list[Collective], units: dict, whens: dict[fx.Node
     group (in the order the graph first needs them) made one unit.
 
     `k` is the option `blocks_per_bucket`, or else estimated per group
-    (`estimated_blocks_per_bucket`); 1 without estimates."""
+    (`BlockEstimate.blocks_per_bucket`); 1 without estimates."""
     blocks_of: dict[str, dict[str, list[Collective]]] = defaultdict(dict)
     for c in collectives:
         unit, explicit = units[c.node]
@@ -217,12 +221,13 @@ def group_blocks(collectives: list[Collective], units: dict, whens: dict[fx.Node
                 k = estimate.blocks_per_bucket()
         if k is not None and k > 1:
             names = list(blocks)
-            runs = [names[start:start + k] for start in range(0, len(names), k)]
-            if options.blocks_per_bucket is None and group_name not in communication_bound and len(names) > 2:
-                # The graph's first bucket waits with nothing to hide it, and so does
-                # its last (a backward's last gradients): one block each, the rest k.
-                middle = names[1:-1]
-                runs = [names[:1]] + [middle[start:start + k] for start in range(0, len(middle), k)] + [names[-1:]]
+            ends = options.blocks_per_bucket is None and group_name not in communication_bound and len(names) > 2
+            # Estimated: the graph's first bucket waits with nothing to hide it, and so
+            # does its last (a backward's last gradients): one block each, the rest k.
+            middle = names[1:-1] if ends else names
+            runs = [middle[start:start + k] for start in range(0, len(middle), k)]
+            if ends:
+                runs = [names[:1], *runs, names[-1:]]
             for run in runs:
                 label = "+".join(run)
                 for name in run:
@@ -340,15 +345,6 @@ class BlockEstimate:
         compute stream waits anyway, and a copy-in or copy-out costs nothing the
         step would see, while every collective saved shortens it."""
         return self.blocks >= 2 and self.comm_ms(self.blocks) > self.blocks * self.block_ms
-
-
-def estimated_blocks_per_bucket(blocks: list[list[Collective]], whens: dict[fx.Node, When],
-                                compute_ms_before: list[float], costs: DeviceCosts,
-                                multidtype: bool = True) -> int:
-    """`BlockEstimate.blocks_per_bucket` of these blocks (1 for fewer than two)."""
-    if len(blocks) < 2:
-        return 1
-    return BlockEstimate.of(blocks, whens, compute_ms_before, costs, multidtype).blocks_per_bucket()
 
 
 def plan_buckets(

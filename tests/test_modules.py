@@ -244,11 +244,12 @@ def _blocks_and_whens(group_name, gm=None):
 ])
 def test_blocks_per_bucket_estimated_from_collective_and_compute_costs(group_name, latency_ms, ms_per_byte,
                                                                         expected):
-    from bucketing.planning import estimated_blocks_per_bucket
+    from bucketing.planning import BlockEstimate
 
     blocks, whens, before = _blocks_and_whens(group_name)
     assert len(blocks) == 4
-    assert estimated_blocks_per_bucket(blocks, whens, before, StandInEstimates(latency_ms, ms_per_byte)) == expected
+    assert BlockEstimate.of(blocks, whens, before, StandInEstimates(latency_ms, ms_per_byte)).blocks_per_bucket() \
+        == expected
 
 
 def test_estimated_buckets_hold_one_block_at_the_start_and_the_end(group_name, monkeypatch):
@@ -263,7 +264,7 @@ def test_estimated_buckets_hold_one_block_at_the_start_and_the_end(group_name, m
         before = StandInEstimates().compute_ms_before(Timeline(gm.graph))  # a millisecond a node
         block_ms = planning.BlockEstimate.of(blocks, whens, before, StandInEstimates()).block_ms
         costs = StandInEstimates(1.5 * block_ms, 0.0, 0.0)
-        assert planning.estimated_blocks_per_bucket(blocks, whens, before, costs) == 2
+        assert planning.BlockEstimate.of(blocks, whens, before, costs).blocks_per_bucket() == 2
         monkeypatch.setattr(planning, "device_costs", lambda device: costs)
 
     latency_of_one_and_a_half_blocks(_forward(group_name))
