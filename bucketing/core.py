@@ -103,10 +103,11 @@ def _emit(graph: fx.Graph, buckets: list, opts: BucketingOptions, skipped: list)
     # How members leave a bucket, decided once for the graph's device.
     device = buckets[0].members[0].node.meta["val"].device
     copy_out = lowering.copy_out_mode(device, opts.copy_out, opts.lower_copy_out)
+    in_place = opts.gathers_in_place()
     emitted = []
     for bucket in buckets:
         try:
-            rank = _gather_rank(bucket) if opts.gather_in_place and bucket.kind == "all_gather" else None
+            rank = _gather_rank(bucket) if in_place and bucket.kind == "all_gather" else None
             emitted.append(emit_bucket(graph, bucket, meta, opts.alignment_bytes, copy_out, rank))
         except Exception as exc:
             log.warning("bucketing: left bucket %s unmerged: %s: %s", bucket.index, type(exc).__name__, exc)

@@ -14,6 +14,8 @@ import os
 from collections.abc import Callable
 from typing import Union
 
+from torch._inductor import config as inductor_config
+
 from . import modules
 from .collectives import NAMES as COLLECTIVE_KINDS
 
@@ -100,8 +102,10 @@ class BucketingOptions:
     # own bucketing does. Saves the staging chunk (bucket / group size) while
     # the collective runs, which at 2 ranks lets Inductor's peak-memory
     # reorder issue a bucket as early as torch's; but the rank becomes a
-    # constant of the graph, so every rank compiles its own code.
-    gather_in_place: bool = False
+    # constant of the graph, so every rank compiles its own code. None: on
+    # while Inductor's own reorder (`reorder_for_compute_comm_overlap`) is on,
+    # the one pass the staging chunk holds back; off otherwise, so ranks share code.
+    gather_in_place: bool | None = None
     # At the first run, all-gather a digest of the plan and raise, naming the
     # first differing bucket, if ranks disagree (instead of deadlocking).
     verify_plan_across_ranks: bool = dataclasses.field(
@@ -126,8 +130,8 @@ class BucketingOptions:
             raise ValueError(f"fuse_casts must be a bool, got {self.fuse_casts!r}")
         if not isinstance(self.exact_reductions, bool):
             raise ValueError(f"exact_reductions must be a bool, got {self.exact_reductions!r}")
-        if not isinstance(self.gather_in_place, bool):
-            raise ValueError(f"gather_in_place must be a bool, got {self.gather_in_place!r}")
+        if self.gather_in_place is not None and not isinstance(self.gather_in_place, bool):
+            raise ValueError(f"gather_in_place must be None or a bool, got {self.gather_in_place!r}")
         if self.copy_out not in COPY_OUTS:
             raise ValueError(f"copy_out must be one of {COPY_OUTS}, got {self.copy_out!r}")
         if self.lower_copy_out not in LOWER_COPY_OUTS:
@@ -167,6 +171,12 @@ class BucketingOptions:
                 f"bucket_cap_mb({bucket_index}) must return a positive number, got {mb!r}"
             )
         return float(mb) * MB
+
+    def gathers_in_place(self) -> bool:
+        """gather_in_place, None resolved by Inductor's config where the pass runs."""
+        if self.gather_in_place is not None:
+            return self.gather_in_place
+        return bool(inductor_config.reorder_for_compute_comm_overlap)
 
     def fingerprint(self) -> str:
         """A stable text that changes with any option (a callable cap by its code)."""

@@ -77,35 +77,36 @@ def test_both_buckets_are_issued_before_the_matmul(group_name, device, arch, opt
     assert _gathers_before_matmul(code) == (2, 2), code[code.find("def call("):]
 
 
-def gathers_before_matmul_task(ctx, device: str, arch, options: dict) -> tuple[int, int]:
-    """Rank task: the generated code's all-gathers on a real group of ctx's world size."""
+def gathers_before_matmul_task(ctx, device: str, arch, options: dict) -> tuple[int, int, bool]:
+    """Rank task: the generated code's all-gathers on a real group of ctx's world size
+    (issued, of which before the matmul), and whether they gather in place."""
     group_name, world, _ = ctx.groups["world"]
-    return _gathers_before_matmul(_code(group_name, world, device, arch, options))
-
-
-@pytest.mark.inductor
-@pytest.mark.xfail(strict=True, reason=(
-    "by default (a staging chunk, the same code on every rank) the copy-in's staging buffer is half the "
-    "gathered bucket at 2 ranks: the bucket needs more memory in flight than torch's in-place one, "
-    "Inductor's peak-memory reorder serializes the second bucket behind the first's copy-out, and the "
-    "peak-preserving pass may not raise it past that point (budget 20%); gather_in_place=True is the "
-    "remedy (the test below)"))
-def test_both_buckets_are_issued_before_the_matmul_at_2_ranks(rank_pools):
-    device, arch, options = TARGETS[0]
-    results = raise_on_failure(
-        rank_pools.get(2).run(f"{__name__}:gathers_before_matmul_task", timeout_s=600, device=device, arch=arch,
-                              options=options),
-        "2 ranks")
-    assert results[0] == (2, 2)
+    code = _code(group_name, world, device, arch, options)
+    return (*_gathers_before_matmul(code), "all_gather_into_tensor_out.default(" in code)
 
 
 @pytest.mark.inductor
 @pytest.mark.parametrize("device,arch,options", TARGETS, ids=["cpu-lowered", "sm90"])
-def test_gathered_in_place_both_buckets_are_issued_before_the_matmul_at_2_ranks(rank_pools, device, arch,
-                                                                                 options):
-    """gather_in_place: no staging chunk beside the bucket, and the reorder issues both early."""
+def test_both_buckets_are_issued_before_the_matmul_at_2_ranks(rank_pools, device, arch, options):
+    """By default, with Inductor's reorder on, each all-gather bucket is gathered in place
+    (gather_in_place=None): no staging chunk beside the bucket, and the reorder issues both early."""
     results = raise_on_failure(
         rank_pools.get(2).run(f"{__name__}:gathers_before_matmul_task", timeout_s=600, device=device, arch=arch,
-                              options={**options, "gather_in_place": True}),
+                              options=options),
         "2 ranks")
-    assert results == [(2, 2), (2, 2)]
+    assert results == [(2, 2, True), (2, 2, True)]
+
+
+@pytest.mark.inductor
+@pytest.mark.xfail(strict=True, reason=(
+    "gather_in_place=False (a staging chunk, the same code on every rank): the chunk is half the "
+    "gathered bucket at 2 ranks, so the bucket needs more memory in flight than torch's in-place one; "
+    "Inductor's peak-memory reorder serializes the second bucket behind the first's copy-out, and the "
+    "peak-preserving pass may not raise it past that point (budget 20%)"))
+def test_with_a_staging_chunk_both_buckets_are_issued_before_the_matmul_at_2_ranks(rank_pools):
+    device, arch, options = TARGETS[0]
+    results = raise_on_failure(
+        rank_pools.get(2).run(f"{__name__}:gathers_before_matmul_task", timeout_s=600, device=device, arch=arch,
+                              options={**options, "gather_in_place": False}),
+        "2 ranks")
+    assert results[0] == (2, 2, False)

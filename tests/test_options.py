@@ -36,6 +36,17 @@ def test_bad_option_names_itself_at_construction(options, name):
         make_options(**options)
 
 
+def test_gather_in_place_by_default_follows_inductors_reorder():
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(reorder_for_compute_comm_overlap=False):
+        assert make_options().gathers_in_place() is False
+        assert make_options(gather_in_place=True).gathers_in_place() is True
+    with inductor_config.patch(reorder_for_compute_comm_overlap=True):
+        assert make_options().gathers_in_place() is True
+        assert make_options(gather_in_place=False).gathers_in_place() is False
+
+
 def test_bucket_collectives_validates_before_touching_the_graph():
     import torch.fx as fx
 
