@@ -112,7 +112,7 @@ def _emit(graph: fx.Graph, buckets: list, opts: BucketingOptions, skipped: list)
         except Exception as exc:
             log.warning("bucketing: left bucket %s unmerged: %s: %s", bucket.index, type(exc).__name__, exc)
             skipped.extend(report.skipped_members(bucket, f"rewrite failed: {exc}"))
-    lowering.mark([n for e in emitted for n in e.wait_nodes], opts.lower_copy_out)
+    lowering.mark([n for e in emitted for n in e.wait_nodes + e.later_nodes], opts.lower_copy_out)
     return emitted
 
 

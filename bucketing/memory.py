@@ -30,6 +30,8 @@ def bucket_extra_intervals(bucket, whens: dict, issue: int, copy_out: str = "cop
     With the default copy-out, the merged result lives from the bucket's issue
     to its first use, where every member is copied out of it; each member
     then lives to its own last use, in place of its own collective's result.
+    Members copied out ahead (Bucket.ahead) count as they would alone, and the
+    rest from their own first use.
     With `views` (copy_out="views") members share the merged buffer, which
     exists from the issue and is held until every member is read (an
     all-gather member's clone is made at its first use; reduce-scatter and
@@ -41,7 +43,6 @@ def bucket_extra_intervals(bucket, whens: dict, issue: int, copy_out: str = "cop
     members coexist, are bounded by the cap and not counted here.
     """
     ws = [whens[m.node] for m in bucket.members]
-    first_use = min(w.first_use for w in ws)
     out = []
     if copy_out != "copy":
         clone_at_first_use = copy_out == "views" and bucket.kind == "all_gather"
@@ -52,9 +53,15 @@ def bucket_extra_intervals(bucket, whens: dict, issue: int, copy_out: str = "cop
             if w.last_use < held_until:
                 out.append((w.last_use + 1, held_until, w.out_bytes))
     else:
-        out.append((issue, first_use - 1, sum(w.out_bytes for w in ws)))
-        for w in ws:
-            out.append((first_use, w.last_use, w.out_bytes))
+        # The merged result is held until the copy-out of the members not needed ahead.
+        # The merged result is held until the copy-out of the members not
+        # needed ahead. Those ahead count as they would alone: not at all,
+        # like any collective left as it was (only merging is charged here).
+        held_until = bucket.copied_out_at(whens)
+        rest = [w for m, w in zip(bucket.members, ws) if m.node not in bucket.ahead] or ws
+        out.append((issue, held_until - 1, sum(w.out_bytes for w in rest)))
+        for w in rest:
+            out.append((held_until, w.last_use, w.out_bytes))
             out.append((w.position, w.last_use, -w.out_bytes))
     for w in ws:
         if issue > w.position:

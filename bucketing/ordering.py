@@ -62,7 +62,8 @@ class Prefetch:
     """How far ahead buckets are issued.
 
     `depth`: a bucket is issued once the bucket `depth` before it in its kind
-    and group is first used (1: prefetched while the previous one is used, at
+    and group is first used (members copied out ahead count as a bucket of
+    their own, used where they are) (1: prefetched while the previous one is used, at
     most two in flight, FSDP's forward prefetch). `eager`: the first bucket of
     each kind and group goes as soon as its inputs exist, and a collective left
     alone is prefetched like a bucket; otherwise they issue where they are."""
@@ -102,7 +103,13 @@ def issue_positions(buckets: list[Bucket], whens: dict, prefetch: Prefetch = Pre
         if lead is not None:
             gate = min(gate, lead(b))
         out[id(b)] = max(ready, min(first, gate))
-        previous.append(min(w.first_use for w in ws))
+        # Where its result is used and freed. Members copied out ahead keep the
+        # place in the prefetch depth they would have alone, so joining a bucket
+        # does not bring a later bucket's issue forward.
+        ahead = [w.first_use for m, w in zip(b.members, ws) if m.node in b.ahead]
+        if ahead and len(ahead) < len(ws):
+            previous.append(min(ahead))
+        previous.append(b.copied_out_at(whens))
     return out
 
 
@@ -226,6 +233,10 @@ def place(graph: fx.Graph, timeline: Timeline, emitted: list, issue_at: dict[int
         first_wait = min(timeline.position[w] for m in members for w in m.waits)
         for node in e.wait_nodes + [o for o in e.outputs if o is not None]:
             fallback[node] = (first_wait, ORIGINAL, 0)
+        if e.later_nodes:  # the members not needed ahead: copied out where the first of them is waited for
+            later_wait = min(timeline.position[w] for m in members if m.node not in e.bucket.ahead for w in m.waits)
+            for node in e.later_nodes:
+                fallback[node] = (later_wait, ORIGINAL, 0)
     for node in graph.nodes:
         if node not in timeline.position and node not in issue_priority and node not in fallback:
             fallback[node] = (len(timeline.position), ORIGINAL, 0)

@@ -45,8 +45,9 @@ With torch's estimates of the graph's device (costs.py; CUDA only), the
 rules plan with time instead of counts: consecutive blocks share a bucket
 until their collectives fit within their compute, the first and the last
 unit one block (`group_blocks`, `BlockEstimate`); collectives outside the
-blocks join a neighbouring unit where that saves more than it costs
-(`_join_nearest_blocks`); a collective whose copies cost more than merging
+blocks join a neighbouring unit where that saves more than it costs, an
+all-gather that moves the unit copied out ahead of it (`_join_nearest_blocks`,
+`Bucket.ahead`); a collective whose copies cost more than merging
 it saves stays as it was, unless the group is communication-bound
 (`copy_refusal`); the memory budget is two blocks' gathered parameters; and
 each bucket is issued early enough for its estimated time (`lead_position`,
@@ -208,6 +209,7 @@ def group_blocks(collectives: list[Collective], units: dict, whens: dict[fx.Node
             blocks_of[c.group_name].setdefault(unit, []).append(c)
     out = dict(units)
     communication_bound = set()
+    ahead: set[fx.Node] = set()
     largest = max((sum(c.nbytes for c in members if c.kind == ALL_GATHER.name)
                    for blocks in blocks_of.values() for members in blocks.values()), default=0)
     for group_name, blocks in blocks_of.items():
@@ -234,13 +236,14 @@ def group_blocks(collectives: list[Collective], units: dict, whens: dict[fx.Node
                     for c in blocks[name]:
                         out[c.node] = (label, False)
         if costs is not None:
-            _join_nearest_blocks(collectives, group_name, out, whens, costs, compute_ms_before,
-                                 group_name in communication_bound)
-    return BlockGrouping(out, communication_bound, largest)
+            ahead |= _join_nearest_blocks(collectives, group_name, out, whens, costs, compute_ms_before,
+                                          group_name in communication_bound)
+    return BlockGrouping(out, communication_bound, largest, frozenset(ahead))
 
 
 def _join_nearest_blocks(collectives: list[Collective], group_name: str, units: dict, whens: dict[fx.Node, When],
-                         costs: DeviceCosts, compute_ms_before: list[float], communication_bound: bool) -> None:
+                         costs: DeviceCosts, compute_ms_before: list[float],
+                         communication_bound: bool) -> set[fx.Node]:
     """A collective outside the blocks (embeddings, a final norm, an output
     projection) whose merging saves more than its copies cost joins a block
     unit of its kind next to it, where that costs no more than it saves:
@@ -252,11 +255,18 @@ def _join_nearest_blocks(collectives: list[Collective], group_name: str, units: 
       only a communication-bound group has time for (every collective saved
       shortens its step), or where that compute is shorter than the saving;
     - else a unit it moves by less compute than merging saves: the embeddings'
-      all-gather joins the first block's unit, their reduce-scatter the last."""
+      all-gather joins the first block's unit, their reduce-scatter the last;
+      an all-gather also where the group is communication-bound (a final
+      norm's, needed before the last block's, joins it in the backward).
+
+    Returns the all-gathers that joined a unit they move: the bucket copies
+    them out ahead of the rest (Bucket.ahead), so the unit's own parameters
+    are not gathered out earlier than before."""
     def compute_between(a: int, b: int) -> float:
         return abs(compute_ms_before[b] - compute_ms_before[a])
 
     mine = [c for c in collectives if c.group_name == group_name]
+    ahead = set()
     spans: dict[tuple[str, str], tuple[int, int]] = {}
     for c in mine:
         unit = units[c.node][0]
@@ -281,8 +291,11 @@ def _join_nearest_blocks(collectives: list[Collective], group_name: str, units: 
         moved = (min if gathers else max)(moves, default=None)
         if kept is not None and (communication_bound or compute_between(kept[0], a) < saves):
             units[c.node] = (kept[1], False)
-        elif moved is not None and compute_between(moved[0], a) < saves:
+        elif moved is not None and (compute_between(moved[0], a) < saves or gathers and communication_bound):
             units[c.node] = (moved[1], False)
+            if gathers:
+                ahead.add(c.node)
+    return ahead
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,6 +305,7 @@ class BlockGrouping:
     # estimates; none without): BlockEstimate.communication_bound.
     communication_bound: set[str]
     largest_block_gather_bytes: int  # one block's gathered parameters, the largest
+    ahead: frozenset = frozenset()  # all-gathers that joined a unit they move (_join_nearest_blocks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -484,6 +498,8 @@ def plan_buckets(
         everything |= mask
         masks[node] = mask
 
+    for b in buckets:
+        b.ahead = frozenset(m.node for m in b.members if m.node in grouping.ahead)
     if windowed and any(len(b.members) > 1 and not b.explicit for b in buckets):
         budget = options.memory_budget_mb
         budget_bytes = max(b.cap_bytes for b in buckets) if budget is None else budget * MB

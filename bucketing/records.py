@@ -59,12 +59,30 @@ class Bucket:
     alone_reason: str = ""
     module: str | None = None  # the module unit it holds (a block or a module_buckets entry)
     explicit: bool = False  # a module_buckets entry: the memory split leaves it whole
+    # All-gather members the graph needs well before the rest (one outside the
+    # blocks that joined the next block's unit): copied out at their own first
+    # use, the rest at theirs, so the rest are not held over the compute between.
+    ahead: frozenset = frozenset()  # of member nodes
 
     def part(self, members: list[Collective], alone_reason: str = "") -> Bucket:
         """A bucket of some of these members (a split keeps key, index and cap)."""
         return Bucket(self.index, self.kind, self.key, self.cap_bytes, list(members),
                       sum(m.nbytes for m in members), alone_reason=alone_reason,
-                      module=self.module, explicit=self.explicit)
+                      module=self.module, explicit=self.explicit,
+                      ahead=self.ahead & {m.node for m in members})
+
+    def copied_out_at(self, whens: dict) -> int:
+        """Where the copy-out of the members not needed ahead goes (the first use of
+        any of them): the merged result of the default copy-out is held until then."""
+        rest = [whens[m.node].first_use for m in self.members if m.node not in self.ahead]
+        return min(rest or [whens[m.node].first_use for m in self.members])
+
+    def copy_out_groups(self) -> list[list[int]]:
+        """Member indices per copy-out, in the order the graph needs them: those
+        `ahead`, then the rest; one group where there is nothing to split."""
+        early = [i for i, m in enumerate(self.members) if m.node in self.ahead]
+        rest = [i for i, m in enumerate(self.members) if m.node not in self.ahead]
+        return [early, rest] if early and rest else [early + rest]
 
     @property
     def group_name(self) -> str:

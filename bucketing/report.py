@@ -35,6 +35,7 @@ class BucketReport:
     overlap_flops: float = 0.0  # estimated compute between issue and first use
     extra_peak_bytes: int = 0  # estimated rise of live bytes this bucket causes at worst
     module: str | None = None  # the module unit it holds: a block, or a module_buckets entry
+    ahead: tuple[str, ...] = ()  # members copied out at their own first use, ahead of the rest
 
     @property
     def bytes(self) -> int:
@@ -56,9 +57,10 @@ class BucketReport:
     def line(self) -> str:
         op = f" {self.reduce_op}" if self.reduce_op else ""
         module = f" module={self.module}" if self.module else ""
+        ahead = f" ahead={len(self.ahead)}" if self.ahead else ""
         return (
             f"{self.kind}[{self.index}] group={self.group}{op}{module} members={len(self.members)} "
-            f"dtypes={','.join(self.dtypes)} bytes={self.nbytes} padding={self.padding_bytes} "
+            f"dtypes={','.join(self.dtypes)} bytes={self.nbytes} padding={self.padding_bytes}{ahead} "
             f"-> {self.collective}"
         )
 
@@ -110,6 +112,8 @@ def describe(emitted, extra_peak_bytes: int) -> BucketReport:
         collective=emitted.collective.name,
         extra_peak_bytes=extra_peak_bytes,
         module=bucket.module,
+        ahead=tuple(m.node.name for m in bucket.members if m.node in bucket.ahead)
+        if len(bucket.copy_out_groups()) > 1 else (),
     )
 
 

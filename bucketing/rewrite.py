@@ -38,6 +38,9 @@ class EmittedBucket:
     outputs: list[fx.Node | None]  # per member: the node replacing its wait
     padding_bytes: int = 0  # over the whole gathered buffer
     collective: fx.Node | None = None
+    # The copy-out of the members not needed ahead (Bucket.ahead), and their
+    # outputs: placed before the first of those members' users.
+    later_nodes: list[fx.Node] = dataclasses.field(default_factory=list)
 
 
 class MetaEvaluator:
@@ -269,11 +272,19 @@ def _emit_all_gather(graph, bucket: Bucket, meta: MetaEvaluator, alignment: int,
     shapes = [[world * m.shape[0], *m.shape[1:]] for m in members]
     if copy_out in ("copy", "into", "packed"):
         # The gathered buffer is [world, chunk_bytes]: member i's bytes are
-        # columns [offset, offset + nbytes) of every rank's row.
-        outputs, copies = _copy_out(graph, meta, created, wait, world, members,
-                                    [s.offset for s in layout.slots], [s.nbytes for s in layout.slots], shapes,
-                                    copy_out)
-        return EmittedBucket(bucket, issue, [wait, *copies], outputs, layout.padding_bytes * world, gathered)
+        # columns [offset, offset + nbytes) of every rank's row. One copy-out
+        # per group (Bucket.copy_out_groups): the members needed ahead first.
+        outputs: list[fx.Node | None] = [None] * len(members)
+        placed: list[list[fx.Node]] = []
+        for group in bucket.copy_out_groups():
+            outs, copies = _copy_out(graph, meta, created, wait, world, [members[i] for i in group],
+                                     [layout.slots[i].offset for i in group], [layout.slots[i].nbytes for i in group],
+                                     [shapes[i] for i in group], copy_out)
+            for i, out in zip(group, outs):
+                outputs[i] = out
+            placed.append(copies if not placed else copies + [out for out in outs if out is not None])
+        return EmittedBucket(bucket, issue, [wait, *placed[0]], outputs, layout.padding_bytes * world, gathered,
+                             [n for nodes in placed[1:] for n in nodes])
     waits = [wait]
     # One dtype view of the whole gathered buffer per distinct dtype, shaped
     # [world, chunk / itemsize]; members are then plain slices in their own

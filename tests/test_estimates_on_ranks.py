@@ -1,7 +1,7 @@
 """The policy's estimate-driven paths (bucketing/costs.py) on real process groups,
 where the CPU has no estimates of its own (tests/estimates_adapter.py stands in).
 Communication-bound: blocks grouped into one bucket, collectives outside the
-blocks joining them, buckets and lone collectives issued far ahead with their
+blocks joining them (copied out ahead where needed before them), buckets and lone collectives issued far ahead with their
 casts. Compute-bound: a bucket per block, members left alone for their copies.
 Three training steps compiled bit-identically to the unbucketed compile on every rank."""
 
@@ -33,6 +33,10 @@ def test_estimate_driven_plans_train_bit_identically(rank_pools, bound):
     if bound == "communication":
         assert "module=layers.0+layers.1" in plans, plans  # both blocks in one forward bucket
         assert "copy-in and copy-out cost" not in plans, plans  # the compute has time for every copy
+        # The token and position embeddings' gathers, needed before the first block, joined
+        # the blocks' bucket and are copied out ahead of them (the bytes compared above
+        # then check both copy-outs).
+        assert any("module=layers.0+layers.1" in line and " ahead=2 " in line for line in plans.splitlines()), plans
         # Every gradient joined the blocks' buckets: the output projection's (bf16,
         # ready before any block's) the blocks' 16 bf16 ones, and the embeddings' (ready
         # after every block's, with less compute in between than a latency) the f32 ones.

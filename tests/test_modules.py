@@ -345,6 +345,61 @@ def test_with_estimates_a_collective_outside_the_blocks_joins_them_where_communi
         assert bias.name not in {m for b in backward.buckets for m in b.members}
 
 
+def _head_first(group_name):
+    """_forward with the head used before the blocks, as a backward needs the output's
+    and the final norm's weights before any block's."""
+
+    def f(x, head, *params):
+        x = x @ ag(head, group_name).t()
+        for w, b in zip(params[::2], params[1::2]):
+            x = (x.to(bf16) @ ag(w, group_name).t()).float() + ag(b, group_name)
+        return x
+
+    gm = trace(f, ((2, 8), f32), ((2, 8), f32), *[((2, 8), bf16), ((2,), f32)] * BLOCKS)
+    gathers = [n for n in gm.graph.nodes if n.target is c10d.all_gather_into_tensor.default]
+    _tag(gathers[0], "L['fn'].output")
+    for i, node in enumerate(gathers[1:]):
+        _tag(node, f"L['fn'].layers.{i // 2}.proj")
+    return gm
+
+
+COPY_OUTS = {  # options: the copy-out op the rewrite emits on the CPU
+    "into": ({}, torch.ops.bucketing_ops.copy_out_into.default),
+    "lowered": ({"lower_copy_out": "always"}, torch.ops.bucketing_ops.copy_out.default),
+    "packed": ({"copy_out": "packed"}, torch.ops.bucketing_ops.copy_out_packed.default),
+}
+
+
+@pytest.mark.parametrize("copy_out", list(COPY_OUTS))
+@pytest.mark.parametrize("ms_per_byte", [0.0, 1.0], ids=["compute-bound", "communication-bound"])
+def test_with_estimates_a_gather_needed_before_the_blocks_joins_them_and_is_copied_out_ahead(
+        group_name, monkeypatch, ms_per_byte, copy_out):
+    """Communication-bound, the head's gather, needed before any block (compute between:
+    more than merging saves), joins the blocks' bucket anyway, since every collective
+    saved shortens the step. It is copied out at its own first use and the blocks'
+    members at theirs, so the blocks' parameters are not gathered out over the head's
+    compute. Compute-bound it stays alone."""
+    import bucketing.planning as planning
+
+    options, op = COPY_OUTS[copy_out]
+    monkeypatch.setattr(planning, "device_costs", lambda device: StandInEstimates(0.01, ms_per_byte, 0.0))
+    gm = _head_first(group_name)
+    head = next(n for n in gm.graph.nodes if n.target is c10d.all_gather_into_tensor.default).name
+    plan = bc.bucket_collectives(gm, locality_flops=0, **options)
+    if not ms_per_byte:
+        assert head in {s.node_name for s in plan.skipped} and not any(b.ahead for b in plan.buckets), plan
+        return
+    (bucket,) = plan.buckets
+    assert (len(bucket.members), bucket.ahead) == (2 * BLOCKS + 1, (head,)), plan
+    nodes = list(gm.graph.nodes)
+    copies = [i for i, n in enumerate(nodes) if n.target is op]
+    mms = [i for i, n in enumerate(nodes) if n.target is torch.ops.aten.mm.default]
+    assert len(copies) == 2 and len(mms) == BLOCKS + 1, gm.graph
+    # The head's copy-out before the head's matmul, the blocks' after it and before the first block's.
+    assert copies[0] < mms[0] < copies[1] < mms[1], (copies, mms)
+    assert [len(nodes[i].args[2]) for i in copies] == [1, 2 * BLOCKS]  # members' offsets
+
+
 def test_with_estimates_the_memory_budget_is_two_blocks_gathered(group_name, monkeypatch):
     """FSDP2's prefetch bound: with estimates and no memory_budget_mb, buckets may
     add two blocks' gathered parameters (here 2 x 160 bytes) to the estimated peak."""
