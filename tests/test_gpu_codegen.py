@@ -78,3 +78,45 @@ def test_the_target_leaves_torch_as_it_found_it():
     with fake_cuda.target("sm80"):
         assert torch.cuda.is_available() and torch.cuda.get_device_capability() == (8, 0)
     assert (torch.cuda.is_available(), torch.cuda.device_count()) == before
+
+
+@pytest.mark.inductor
+def test_members_copied_out_ahead_stay_apart_from_the_rest_in_generated_code(group_name, monkeypatch):
+    """A head's gather needed before the blocks joins their bucket (communication-bound
+    stand-in estimates) and is copied out ahead: in the sm90 code its copy-out kernel runs
+    before the head's matmul, and the blocks' after it; Inductor does not fuse the two."""
+    import torch
+
+    import bucketing
+    import bucketing.planning as planning
+
+    from .graphs import StandInEstimates, ag
+
+    class Linear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(64, 256))
+
+        def forward(self, x):
+            return x @ ag(self.weight, group_name).t()
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.output = Linear()
+            self.layers = torch.nn.ModuleList(Linear() for _ in range(3))
+
+        def forward(self, x):
+            x = self.output(x)
+            for layer in self.layers:
+                x = torch.relu(layer(x))
+            return x
+
+    monkeypatch.setattr(planning, "device_costs", lambda device: StandInEstimates(0.01, 1.0, 0.0))
+    code = codegen.generate(Net(), [torch.randn(8, 256)], bucketing.BucketingPass(), "cuda", "sm90")
+    body = code[code.find("def call("):]
+    assert len(re.findall(r"all_gather_into_tensor\.default\(", body)) == 1, body
+    copies = sorted(body.find(f"{kernel}.run(") for kernel in codegen.copy_out_kernels(code))
+    matmuls = [m.start() for m in re.finditer(r"extern_kernels\.mm\(", body)]
+    assert len(copies) == 2 and min(copies) >= 0 and len(matmuls) == 4, body
+    assert copies[0] < matmuls[0] < copies[1] < matmuls[1], body
