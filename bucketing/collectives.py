@@ -286,3 +286,17 @@ def resolved_rank(group_name: str) -> int | None:
     """This process's rank in the group named `group_name`; None where it does not resolve here."""
     group = _resolved_group(group_name)
     return None if group is None else int(group.rank())
+
+
+def ranks_here() -> str:
+    """This process's rank in every process group it knows, as text ("" outside a
+    distributed job): what code that names the rank (an in-place gather) depends on."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return ""
+    try:
+        names = dist.distributed_c10d._world.pg_names
+        return ",".join(sorted(f"{name}:{dist.get_rank(group)}" for group, name in names.items()))
+    except Exception:  # the registry is private: the global rank still tells ranks apart
+        return f"rank {dist.get_rank()}"

@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import lowering, memory, ordering, report
 from .checkpoint import GraphCheckpoint, RestoreFailed
-from .collectives import find_collectives, resolved_rank
+from .collectives import find_collectives, ranks_here, resolved_rank
 from .options import BucketingOptions, make_options
 from .planning import PlannedBuckets, plan_buckets
 from .report import BucketReport, Plan  # noqa: F401  (re-exported)
@@ -174,7 +174,10 @@ class BucketingPass(CustomGraphPass):
             log.exception("bucketing: pass failed; graph left as it was")
 
     def uuid(self) -> str:
-        return get_hash_for_files(SOURCE_FILES, extra=self.options.fingerprint()).hex()
+        # An in-place gather writes this rank's slot, a constant of the code: ranks
+        # sharing an FX graph cache must not share that code (Inductor's key has no rank).
+        ranks = f"|ranks {ranks_here()}" if self.options.gathers_in_place() else ""
+        return get_hash_for_files(SOURCE_FILES, extra=self.options.fingerprint() + ranks).hex()
 
 
 # Drop-in replacements for torch._inductor.fx_passes.bucketing's entry points.

@@ -47,6 +47,31 @@ def test_gather_in_place_by_default_follows_inductors_reorder():
         assert make_options(gather_in_place=False).gathers_in_place() is False
 
 
+def test_an_in_place_gather_keys_the_cache_by_rank(group_name, monkeypatch):
+    """The slot an in-place gather writes is a constant of the compiled code, and
+    Inductor's FX graph cache key holds no rank: ranks sharing a cache directory
+    must get different keys then, and the same key otherwise."""
+    import torch._inductor.config as inductor_config
+    import torch.distributed as dist
+
+    passes = {name: bc.BucketingPass(gather_in_place=value) for name, value in
+              [("in_place", True), ("staging", False), ("auto", None)]}
+
+    def uuids(reorder: bool) -> dict:
+        with inductor_config.patch(reorder_for_compute_comm_overlap=reorder):
+            return {name: p.uuid() for name, p in passes.items()}
+
+    rank0 = {reorder: uuids(reorder) for reorder in (False, True)}
+    real = dist.get_rank
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: real(group) + 1)
+    rank1 = {reorder: uuids(reorder) for reorder in (False, True)}
+    for reorder in (False, True):
+        assert rank0[reorder]["in_place"] != rank1[reorder]["in_place"]
+        assert rank0[reorder]["staging"] == rank1[reorder]["staging"]
+    assert rank0[False]["auto"] == rank1[False]["auto"]
+    assert rank0[True]["auto"] != rank1[True]["auto"]
+
+
 def test_bucket_collectives_validates_before_touching_the_graph():
     import torch.fx as fx
 
