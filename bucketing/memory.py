@@ -53,7 +53,6 @@ def bucket_extra_intervals(bucket, whens: dict, issue: int, copy_out: str = "cop
             if w.last_use < held_until:
                 out.append((w.last_use + 1, held_until, w.out_bytes))
     else:
-        # The merged result is held until the copy-out of the members not needed ahead.
         # The merged result is held until the copy-out of the members not
         # needed ahead. Those ahead count as they would alone: not at all,
         # like any collective left as it was (only merging is charged here).

@@ -62,9 +62,9 @@ class Prefetch:
     """How far ahead buckets are issued.
 
     `depth`: a bucket is issued once the bucket `depth` before it in its kind
-    and group is first used (members copied out ahead count as a bucket of
-    their own, used where they are) (1: prefetched while the previous one is used, at
-    most two in flight, FSDP's forward prefetch). `eager`: the first bucket of
+    and group is first used (1: prefetched while the previous one is used, at
+    most two in flight, FSDP's forward prefetch); members copied out ahead
+    count as a bucket of their own, used where they are. `eager`: the first bucket of
     each kind and group goes as soon as its inputs exist, and a collective left
     alone is prefetched like a bucket; otherwise they issue where they are."""
 
