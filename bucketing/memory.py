@@ -57,7 +57,7 @@ def bucket_extra_intervals(bucket, whens: dict, issue: int, copy_out: str = "cop
         # needed ahead. Those ahead count as they would alone: not at all,
         # like any collective left as it was (only merging is charged here).
         held_until = bucket.copied_out_at(whens)
-        rest = [w for m, w in zip(bucket.members, ws) if m.node not in bucket.ahead] or ws
+        rest = [w for m, w in zip(bucket.members, ws) if m.node not in bucket.ahead]
         out.append((issue, held_until - 1, sum(w.out_bytes for w in rest)))
         for w in rest:
             out.append((held_until, w.last_use, w.out_bytes))

@@ -107,7 +107,7 @@ def issue_positions(buckets: list[Bucket], whens: dict, prefetch: Prefetch = Pre
         # place in the prefetch depth they would have alone, so joining a bucket
         # does not bring a later bucket's issue forward.
         ahead = [w.first_use for m, w in zip(b.members, ws) if m.node in b.ahead]
-        if ahead and len(ahead) < len(ws):
+        if ahead:
             previous.append(min(ahead))
         previous.append(b.copied_out_at(whens))
     return out

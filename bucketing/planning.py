@@ -499,7 +499,7 @@ def plan_buckets(
         masks[node] = mask
 
     for b in buckets:
-        b.ahead = frozenset(m.node for m in b.members if m.node in grouping.ahead)
+        b.mark_ahead(grouping.ahead)
     if windowed and any(len(b.members) > 1 and not b.explicit for b in buckets):
         budget = options.memory_budget_mb
         budget_bytes = max(b.cap_bytes for b in buckets) if budget is None else budget * MB

@@ -62,27 +62,33 @@ class Bucket:
     # All-gather members the graph needs well before the rest (one outside the
     # blocks that joined the next block's unit): copied out at their own first
     # use, the rest at theirs, so the rest are not held over the compute between.
+    # Never every member (mark_ahead): there is always a rest.
     ahead: frozenset = frozenset()  # of member nodes
 
     def part(self, members: list[Collective], alone_reason: str = "") -> Bucket:
         """A bucket of some of these members (a split keeps key, index and cap)."""
         return Bucket(self.index, self.kind, self.key, self.cap_bytes, list(members),
                       sum(m.nbytes for m in members), alone_reason=alone_reason,
-                      module=self.module, explicit=self.explicit,
-                      ahead=self.ahead & {m.node for m in members})
+                      module=self.module, explicit=self.explicit).mark_ahead(self.ahead)
+
+    def mark_ahead(self, nodes) -> Bucket:
+        """Copy out the members among `nodes` ahead of the rest; none where that is
+        every member (nothing would be copied out after them)."""
+        ahead = frozenset(m.node for m in self.members if m.node in nodes)
+        self.ahead = ahead if len(ahead) < len(self.members) else frozenset()
+        return self
 
     def copied_out_at(self, whens: dict) -> int:
         """Where the copy-out of the members not needed ahead goes (the first use of
         any of them): the merged result of the default copy-out is held until then."""
-        rest = [whens[m.node].first_use for m in self.members if m.node not in self.ahead]
-        return min(rest or [whens[m.node].first_use for m in self.members])
+        return min(whens[m.node].first_use for m in self.members if m.node not in self.ahead)
 
     def copy_out_groups(self) -> list[list[int]]:
         """Member indices per copy-out, in the order the graph needs them: those
-        `ahead`, then the rest; one group where there is nothing to split."""
+        `ahead`, then the rest."""
         early = [i for i, m in enumerate(self.members) if m.node in self.ahead]
         rest = [i for i, m in enumerate(self.members) if m.node not in self.ahead]
-        return [early, rest] if early and rest else [early + rest]
+        return [early, rest] if early else [rest]
 
     @property
     def group_name(self) -> str:

@@ -112,8 +112,7 @@ def describe(emitted, extra_peak_bytes: int) -> BucketReport:
         collective=emitted.collective.name,
         extra_peak_bytes=extra_peak_bytes,
         module=bucket.module,
-        ahead=tuple(m.node.name for m in bucket.members if m.node in bucket.ahead)
-        if len(bucket.copy_out_groups()) > 1 else (),
+        ahead=tuple(m.node.name for m in bucket.members if m.node in bucket.ahead),
     )
 
 

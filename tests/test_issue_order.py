@@ -153,8 +153,7 @@ def test_members_copied_out_ahead_keep_their_own_place_in_the_prefetch_depth():
         return m
 
     def bucket(*members, ahead=()):
-        return Bucket(0, "all_gather", (), 1.0, list(members), len(members),
-                      ahead=frozenset(m.node for m in ahead))
+        return Bucket(0, "all_gather", (), 1.0, list(members), len(members)).mark_ahead({m.node for m in ahead})
 
     whens = {}
     head, norm, block0, block1, block2 = (member(p, p + 5) for p in (5, 15, 25, 35, 45))
