@@ -15,7 +15,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from bucketing.layout import plan_chunk
+from bucketing.apply.layout import plan_chunk
 from bucketing.ops import dtype_names
 from conformance.timing import fresh_copy, time_in_turns
 

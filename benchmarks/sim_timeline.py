@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 import torch.fx as fx
 
-from bucketing.costs import runs_no_kernel
+from bucketing.plan.costs import runs_no_kernel
 
 WAIT = torch.ops._c10d_functional.wait_tensor.default
 _COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional")

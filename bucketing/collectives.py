@@ -35,15 +35,40 @@ prims = torch.ops.prims
 WAIT = c10d.wait_tensor.default
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Kind:
+    """Everything the pass knows of one collective kind, in one place."""
+
     name: str  # "all_gather" | "reduce_scatter" | "all_reduce"
     target: torch._ops.OpOverload
     # (group size, group name, reduce op) from the op's positional arguments after
     # the input; all-reduce has no size (0) and all-gather no reduce op (None).
     read_args: Callable[[tuple], tuple[object, object, object]]
-    mixes_dtypes: bool  # may a multi-dtype bucket merge different dtypes?
+    # A reduction adds values: its bucket never mixes dtypes, a merged sum over
+    # more than 2 ranks may add in another order, and the graph needs it where its
+    # input is ready. Otherwise (all-gather) it moves bytes, which a multi-dtype
+    # bucket can carry, and the graph needs it at its result's first use.
+    reduces: bool
     output_factor: Callable[[int, int], int]  # (input bytes, group size) -> result bytes
+    nccl_name: str  # its name in torch's NCCL model (comm_analysis.NCCL_COLL)
+    # Why an input of this shape (static) cannot be bucketed by this kind, or None.
+    refuse_shape: Callable[[tuple[int, ...], int], str | None] = lambda shape, group_size: None
+    # Under copy_out="views" a member is a clone made at its first use (a gathered
+    # member's bytes are strided across the ranks' rows), not a slice of the result.
+    views_clone_members: bool = False
+    # What feeds it may differ between ranks (an uneven shard is padded on some
+    # ranks only), so no rank-independent estimate may count it.
+    inputs_differ_by_rank: bool = False
+
+    @property
+    def mixes_dtypes(self) -> bool:
+        """May a multi-dtype bucket merge different dtypes?"""
+        return not self.reduces
+
+    @property
+    def needed_at_first_use(self) -> bool:
+        """Is the graph waiting on its result (a prefetch), rather than on its input being ready?"""
+        return not self.reduces
 
     def output_bytes(self, input_bytes: int, group_size: int) -> int:
         return self.output_factor(input_bytes, group_size)
@@ -52,28 +77,32 @@ class Kind:
         """The larger side, which bucket caps count: gathered output, scattered input, reduced tensor."""
         return max(input_bytes, self.output_bytes(input_bytes, group_size))
 
+    def __repr__(self) -> str:
+        return self.name
 
-ALL_GATHER = Kind("all_gather", c10d.all_gather_into_tensor.default,
-                  lambda a: (a[1], a[2], None), True, lambda b, w: b * w)
-REDUCE_SCATTER = Kind("reduce_scatter", c10d.reduce_scatter_tensor.default,
-                      lambda a: (a[2], a[3], a[1]), False, lambda b, w: b // max(w, 1))
-ALL_REDUCE = Kind("all_reduce", c10d.all_reduce.default,
-                  lambda a: (0, a[2], a[1]), False, lambda b, w: b)
+
+def _gather_shape(shape: tuple[int, ...], group_size: int) -> str | None:
+    return "0-d all-gather input" if not shape else None
+
+
+def _scatter_shape(shape: tuple[int, ...], group_size: int) -> str | None:
+    if not shape or group_size < 1 or shape[0] % group_size:
+        return "reduce-scatter input dim 0 is not divisible by the group size"
+    return None
+
+
+ALL_GATHER = Kind("all_gather", c10d.all_gather_into_tensor.default, lambda a: (a[1], a[2], None),
+                  reduces=False, output_factor=lambda b, w: b * w, nccl_name="ALL_GATHER", refuse_shape=_gather_shape,
+                  views_clone_members=True, inputs_differ_by_rank=True)
+REDUCE_SCATTER = Kind("reduce_scatter", c10d.reduce_scatter_tensor.default, lambda a: (a[2], a[3], a[1]),
+                      reduces=True, output_factor=lambda b, w: b // max(w, 1), nccl_name="REDUCE_SCATTER",
+                      refuse_shape=_scatter_shape)
+ALL_REDUCE = Kind("all_reduce", c10d.all_reduce.default, lambda a: (0, a[2], a[1]),
+                  reduces=True, output_factor=lambda b, w: b, nccl_name="ALL_REDUCE")
 
 KINDS = (ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE)
 NAMES = tuple(k.name for k in KINDS)
-BY_NAME = {k.name: k for k in KINDS}
 BY_TARGET = {k.target: k for k in KINDS}
-
-
-def count_collectives(graph: fx.Graph) -> dict[str, int]:
-    """Collectives per kind name, every kind present (0 when none)."""
-    counts = dict.fromkeys(NAMES, 0)
-    for node in graph.nodes:
-        kind = BY_TARGET.get(node.target)
-        if kind is not None:
-            counts[kind.name] += 1
-    return counts
 
 
 def group_of(node: fx.Node) -> str | None:
@@ -119,7 +148,7 @@ class Skipped:
 class Collective:
     """One bucketable collective and the facts planning and rewriting need."""
 
-    kind: str
+    kind: Kind
     node: fx.Node  # the collective
     wait: fx.Node  # its first wait_tensor
     input: fx.Node  # the tensor the collective reads
@@ -148,8 +177,6 @@ class Collective:
         out = [u for w in self.waits for u in w.users]
         return out + [r for r in self.direct_readers if r not in out]
 
-    def describe(self) -> str:
-        return f"{self.node.name}({self.kind}, {self.group_name}, {self.dtype}, {list(self.shape)})"
 
 
 def _static_shape(val) -> tuple[int, ...] | None:
@@ -231,7 +258,7 @@ def _describe(node: fx.Node, kind: Kind, fuse_casts: bool) -> tuple[Collective |
     waits, direct_readers = _waits(node)
     if not waits:
         return None, "result is never waited on (no wait_tensor reads it)"
-    if not group_size and kind is ALL_REDUCE:
+    if not group_size:  # all-reduce's schema has no size: the group's, where it resolves here
         group_size = _resolved_size(group_name)
     val = inp.meta.get("val")
     shape = _static_shape(val)
@@ -239,16 +266,15 @@ def _describe(node: fx.Node, kind: Kind, fuse_casts: bool) -> tuple[Collective |
         return None, "input has no static shape in meta['val'] (dynamic or missing)"
     if val.dtype.is_complex and not kind.mixes_dtypes:
         return None, "complex reductions are left as they are"
-    if kind is ALL_GATHER and not shape:
-        return None, "0-d all-gather input"
-    if kind is REDUCE_SCATTER and (not shape or group_size < 1 or shape[0] % group_size):
-        return None, "reduce-scatter input dim 0 is not divisible by the group size"
+    refused = kind.refuse_shape(shape, group_size)
+    if refused:
+        return None, refused
     nbytes = kind.payload_bytes(math.prod(shape) * val.dtype.itemsize, group_size)
     cast_source = None
-    if kind is ALL_GATHER and fuse_casts:
+    if kind.mixes_dtypes and fuse_casts:  # a gather's copy-in can convert on the way
         cast_source = _fusable_cast_source(inp, node)
     record = Collective(
-        kind=kind.name,
+        kind=kind,
         node=node,
         wait=waits[0],
         input=inp,

@@ -7,30 +7,26 @@
 from __future__ import annotations
 
 import copy
-import itertools
 import logging
 import pathlib
 import time
 
-import torch
 import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from . import lowering, memory, ordering, report
-from .checkpoint import GraphCheckpoint, RestoreFailed
-from .collectives import find_collectives, ranks_here, resolved_rank
+from . import apply, lowering, report
+from .apply.checkpoint import RestoreFailed
+from .collectives import find_collectives, ranks_here
 from .options import BucketingOptions, make_options
-from .planning import PlannedBuckets, plan_buckets
+from .plan import make_policy, plan
 from .report import BucketReport, Plan  # noqa: F401  (re-exported)
-from .rewrite import MetaEvaluator, emit_bucket, erase_replaced, replace_members
-from .timeline import Timeline
 
 log = logging.getLogger("bucketing")
 
 # The pass's cache key (with the options) hashes every source file of the
 # package: the package holds the pass and nothing else.
-SOURCE_FILES = tuple(sorted(str(p) for p in pathlib.Path(__file__).parent.glob("*.py")))
+SOURCE_FILES = tuple(sorted(str(p) for p in pathlib.Path(__file__).parent.rglob("*.py")))
 
 
 def bucket_collectives(gm: fx.GraphModule | fx.Graph, **options) -> Plan:
@@ -62,95 +58,18 @@ def _apply(graph: fx.Graph, opts: BucketingOptions) -> Plan:
 
 
 def _plan_and_rewrite(graph: fx.Graph, opts: BucketingOptions) -> Plan:
+    """Find, choose the policy, plan, apply, report."""
     start = time.perf_counter()
     collectives, skipped = find_collectives(graph, opts.collectives, opts.fuse_casts)
     if not collectives:
         return Plan([], skipped, time.perf_counter() - start)
-    planned = plan_buckets(graph, collectives, opts)
-    skipped += planned.kept_out + planned.alone()
-    if not planned.merged:
+    policy = make_policy(opts, collectives[0].node.meta["val"].device)
+    planned = plan(graph, collectives, policy)
+    skipped += report.left_alone(planned.alone)
+    if not planned.buckets:
         return Plan([], skipped, time.perf_counter() - start)
-    checkpoint = GraphCheckpoint(graph)
-    try:
-        reports = _rewrite(graph, planned, opts, skipped)
-    except Exception:
-        checkpoint.restore(graph)
-        raise
-    return Plan(reports, skipped, time.perf_counter() - start)
-
-
-def _rewrite(graph: fx.Graph, planned: PlannedBuckets, opts: BucketingOptions, skipped: list) -> list:
-    """Rewrite the planned buckets and return their reports. Until the last
-    step nothing is erased, so a failure anywhere can be undone (checkpoint).
-    Positions are planning's timeline, taken before any new node."""
-    units = ordering.units_in_order(planned.timeline, planned.issued, planned.issue_at)
-    emitted = _emit(graph, planned.merged, opts, skipped)
-    if not emitted:
-        return []
-    replaced = replace_members(emitted)
-    merged = {m.node: e.collective for e in emitted for m in e.bucket.members}
-    ordering.place(graph, planned.timeline, emitted, planned.issue_at, ordering.chains(units, merged),
-                   planned.issued)
-    reports = _describe(graph, emitted, planned, opts, set(replaced))
-    graph.lint()
-    erase_replaced(graph, replaced)
-    return reports
-
-
-def _emit(graph: fx.Graph, buckets: list, opts: BucketingOptions, skipped: list) -> list:
-    """Emit each bucket's nodes; a bucket that cannot be built stays as it was, with why."""
-    meta = MetaEvaluator(graph)
-    # How members leave a bucket, decided once for the graph's device.
-    device = buckets[0].members[0].node.meta["val"].device
-    copy_out = lowering.copy_out_mode(device, opts.copy_out, opts.lower_copy_out)
-    in_place = opts.gathers_in_place()
-    emitted = []
-    for bucket in buckets:
-        try:
-            rank = _gather_rank(bucket) if in_place and bucket.kind == "all_gather" else None
-            emitted.append(emit_bucket(graph, bucket, meta, opts.alignment_bytes, copy_out, rank))
-        except Exception as exc:
-            log.warning("bucketing: left bucket %s unmerged: %s: %s", bucket.index, type(exc).__name__, exc)
-            skipped.extend(report.skipped_members(bucket, f"rewrite failed: {exc}"))
-    lowering.mark([n for e in emitted for n in e.wait_nodes + e.later_nodes], opts.lower_copy_out)
-    return emitted
-
-
-def _gather_rank(bucket) -> int | None:
-    """This rank in the bucket's group, for an in-place gather; None (a staging chunk) where
-    the group does not resolve here."""
-    rank = resolved_rank(bucket.group_name)
-    if rank is None:
-        log.info("bucketing: gather_in_place: group %s does not resolve here; bucket %s gathers through "
-                 "a staging chunk", bucket.group_name, bucket.index)
-    return rank
-
-
-def _describe(graph: fx.Graph, emitted: list, planned: PlannedBuckets, opts: BucketingOptions,
-              replaced: set) -> list:
-    """The bucket reports; the cross-rank plan check goes in before positions
-    are taken, which skip the `replaced` nodes about to be erased."""
-    reports = [report.describe(e, memory.extra_peak_bytes(e.bucket, planned.whens, planned.issue_at[id(e.bucket)],
-                                                          opts.copy_out))
-               for e in emitted]
-    if opts.verify_plan_across_ranks:
-        _insert_plan_check(graph, reports)
-    bucketed = Timeline(graph, skip=replaced)
-    return [report.locate(r, e, bucketed) for r, e in zip(reports, emitted)]
-
-
-_plan_checks_inserted = itertools.count()
-
-
-def _insert_plan_check(graph: fx.Graph, reports: list[BucketReport]) -> None:
-    """Put the cross-rank plan check before every other non-input node."""
-    first = next(n for n in graph.nodes if n.op != "placeholder")
-    lines = "\n".join(b.rank_neutral_line() for b in reports)
-    with graph.inserting_before(first):
-        check = graph.call_function(
-            torch.ops.bucketing_ops.verify_plan.default, (next(_plan_checks_inserted), lines)
-        )
-    check.meta["val"] = None
+    reports, failed = apply.rewrite(graph, planned, opts)
+    return Plan(reports, skipped + failed, time.perf_counter() - start)
 
 
 class BucketingPass(CustomGraphPass):

@@ -8,10 +8,9 @@ copy of its columns of the merged buffer into a dense buffer of its own, with
 two guarantees:
 
 - the copies of a bucket form one foreach group, which Triton emits as one
-  kernel (Inductor splits it by kernel arguments: 2 kernels at 128 members,
-  3 at 256; CPU code has no foreach kernels:
-  one loop per member, which is why the CPU keeps the op unless
-  `lower_copy_out="always"`);
+  kernel (split only where Inductor's limit on kernel arguments is reached);
+  CPU code has no foreach kernels, one loop per member, which is why the CPU
+  keeps the op unless `lower_copy_out="always"`;
 - no copy fuses with anything (`no_fuse_buffer_names`, the mechanism Inductor
   uses for its own all-reduce input): a consumer reads a dense, contiguous
   buffer with the sizes and strides the unbucketed collective gave it, so it

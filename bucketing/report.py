@@ -35,17 +35,7 @@ class BucketReport:
     overlap_flops: float = 0.0  # estimated compute between issue and first use
     extra_peak_bytes: int = 0  # estimated rise of live bytes this bucket causes at worst
     module: str | None = None  # the module unit it holds: a block, or a module_buckets entry
-    ahead: tuple[str, ...] = ()  # members copied out at their own first use, ahead of the rest
-
-    @property
-    def bytes(self) -> int:
-        """Alias of `nbytes`."""
-        return self.nbytes
-
-    @property
-    def member_names(self) -> tuple[str, ...]:
-        """Alias of `members`."""
-        return self.members
+    apart: tuple[str, ...] = ()  # members copied out apart from the rest, at their own first use
 
     def rank_neutral_line(self) -> str:
         """What every rank must agree on (group names can differ between subgroups)."""
@@ -57,10 +47,10 @@ class BucketReport:
     def line(self) -> str:
         op = f" {self.reduce_op}" if self.reduce_op else ""
         module = f" module={self.module}" if self.module else ""
-        ahead = f" ahead={len(self.ahead)}" if self.ahead else ""
+        apart = f" apart={len(self.apart)}" if self.apart else ""
         return (
             f"{self.kind}[{self.index}] group={self.group}{op}{module} members={len(self.members)} "
-            f"dtypes={','.join(self.dtypes)} bytes={self.nbytes} padding={self.padding_bytes}{ahead} "
+            f"dtypes={','.join(self.dtypes)} bytes={self.nbytes} padding={self.padding_bytes}{apart} "
             f"-> {self.collective}"
         )
 
@@ -102,7 +92,7 @@ def describe(emitted, extra_peak_bytes: int) -> BucketReport:
     bucket = emitted.bucket
     return BucketReport(
         index=bucket.index,
-        kind=bucket.kind,
+        kind=bucket.kind.name,
         group=bucket.group_name,
         reduce_op=bucket.reduce_op,
         dtypes=tuple(dict.fromkeys(dtype_name(m.dtype) for m in bucket.members)),
@@ -112,7 +102,7 @@ def describe(emitted, extra_peak_bytes: int) -> BucketReport:
         collective=emitted.collective.name,
         extra_peak_bytes=extra_peak_bytes,
         module=bucket.module,
-        ahead=tuple(m.node.name for m in bucket.members if m.node in bucket.ahead),
+        apart=tuple(m.node.name for m in bucket.members if m.node in bucket.apart),
     )
 
 
@@ -135,8 +125,9 @@ def locate(report: BucketReport, emitted, timeline) -> BucketReport:
     )
 
 
-def skipped_members(bucket, reason: str) -> list[Skipped]:
-    return [Skipped(m.node.name, reason) for m in bucket.members]
+def left_alone(alone: list) -> list[Skipped]:
+    """The plan's collectives left as they were (plan.records.Alone), as the report lists them."""
+    return [Skipped(a.collective.node.name, a.reason) for a in alone]
 
 
 def publish(plan: Plan) -> None:

@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 import bucketing
-import bucketing.memory
+import bucketing.plan.memory
 
 from .harness import KIND_BY_TARGET, KINDS, count_collectives, largest_difference
 from .models.toy_fsdp import ShardedMLP, loss_fn
@@ -63,7 +63,7 @@ class CountingPass(CustomGraphPass):
     def __call__(self, graph):
         self.counts.append(count_collectives(graph))
         self.bytes.append(collective_bytes(graph))
-        self.peaks.append(bucketing.memory.estimate_peak_bytes(graph))
+        self.peaks.append(bucketing.plan.memory.estimate_peak_bytes(graph))
 
     def uuid(self):
         return "bucketing-demo-counting"
@@ -81,7 +81,7 @@ class RecordingBucketingPass(bucketing.BucketingPass):
         super().__call__(graph)
         self.after.append(count_collectives(graph))
         self.bytes.append(collective_bytes(graph))
-        self.peaks.append(bucketing.memory.estimate_peak_bytes(graph))
+        self.peaks.append(bucketing.plan.memory.estimate_peak_bytes(graph))
         self.plans.append(self.last_plan)
 
 

@@ -25,9 +25,9 @@ from conformance import adapters
 
 def _with_estimates(name: str, latency_ms: float, flops_per_ms: float, hbm_bytes_per_ms: float) -> adapters.PassAdapter:
     import bucketing.core as bc
-    import bucketing.planning as planning
-    from bucketing.costs import DeviceCosts
-    from bucketing.timeline import node_flops
+    import bucketing.plan.estimates as estimates
+    from bucketing.plan.costs import DeviceCosts
+    from bucketing.plan.timeline import node_flops
 
     @dataclasses.dataclass(frozen=True)
     class AlphaBeta(DeviceCosts):
@@ -41,7 +41,7 @@ def _with_estimates(name: str, latency_ms: float, flops_per_ms: float, hbm_bytes
 
     class EstimatingPass(bc.BucketingPass):
         def __call__(self, graph):
-            with mock.patch.object(planning, "device_costs", lambda device: costs):
+            with mock.patch.object(estimates, "device_costs", lambda device: costs):
                 super().__call__(graph)
 
         def uuid(self):

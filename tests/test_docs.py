@@ -418,7 +418,7 @@ def test_case_option_vocabulary_is_the_catalogs():
 
 
 def test_default_locality_window_is_the_codes():
-    from bucketing.planning import default_locality_flops
+    from bucketing.plan.policy import default_locality_flops
 
     text = _text("docs/design.md").replace("\n", " ")
     stated = re.search(r"\(([\d.e]+) FLOPs on CPU, ([\d.e]+) on GPU\)", text)

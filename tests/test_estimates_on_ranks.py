@@ -36,7 +36,7 @@ def test_estimate_driven_plans_train_bit_identically(rank_pools, bound):
         # The token and position embeddings' gathers, needed before the first block, joined
         # the blocks' bucket and are copied out ahead of them (the bytes compared above
         # then check both copy-outs).
-        assert any("module=layers.0+layers.1" in line and " ahead=2 " in line for line in plans.splitlines()), plans
+        assert any("module=layers.0+layers.1" in line and " apart=2 " in line for line in plans.splitlines()), plans
         # Every gradient joined the blocks' buckets: the output projection's (bf16,
         # ready before any block's) the blocks' 16 bf16 ones, and the embeddings' (ready
         # after every block's, with less compute in between than a latency) the f32 ones.

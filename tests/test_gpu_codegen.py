@@ -88,7 +88,7 @@ def test_members_copied_out_ahead_stay_apart_from_the_rest_in_generated_code(gro
     import torch
 
     import bucketing
-    import bucketing.planning as planning
+    import bucketing.plan.estimates as estimates
 
     from .graphs import StandInEstimates, ag
 
@@ -112,7 +112,7 @@ def test_members_copied_out_ahead_stay_apart_from_the_rest_in_generated_code(gro
                 x = torch.relu(layer(x))
             return x
 
-    monkeypatch.setattr(planning, "device_costs", lambda device: StandInEstimates(0.01, 1.0, 0.0))
+    monkeypatch.setattr(estimates, "device_costs", lambda device: StandInEstimates(0.01, 1.0, 0.0))
     code = codegen.generate(Net(), [torch.randn(8, 256)], bucketing.BucketingPass(), "cuda", "sm90")
     body = code[code.find("def call("):]
     assert len(re.findall(r"all_gather_into_tensor\.default\(", body)) == 1, body

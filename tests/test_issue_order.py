@@ -124,45 +124,47 @@ def test_with_estimates_buckets_still_issue_in_one_order(group_name, monkeypatch
     padding rank adds has none."""
     import dataclasses
 
-    import bucketing.planning as planning
-    from bucketing.costs import DeviceCosts
+    import bucketing.plan.estimates as estimates
+    from bucketing.plan.costs import DeviceCosts
 
     @dataclasses.dataclass(frozen=True)
     class Latency(DeviceCosts):
         def collective_ms(self, kind, nbytes, group_size):
             return 1e-3 + nbytes * 1e-9
 
-    monkeypatch.setattr(planning, "device_costs", lambda device: Latency(1e6, 1e12))
+    monkeypatch.setattr(estimates, "device_costs", lambda device: Latency(1e6, 1e12))
     early = _issue_order(_two_layers(group_name, late=False))
     late = _issue_order(_two_layers(group_name, late=True))
     assert early == late == ["all_gather_into_tensor", "all_gather_into_tensor_1"]
 
 
-def test_members_copied_out_ahead_keep_their_own_place_in_the_prefetch_depth():
+def test_members_copied_out_apart_keep_their_own_place_in_the_prefetch_depth():
     """Three buckets in flight (WITH_ESTIMATES): a bucket whose first member is copied
-    out ahead of the rest (Bucket.ahead) gates later prefetches as that member alone
+    out apart from the rest (Bucket.apart) gates later prefetches as that member alone
     and the rest would, so joining it brings no later bucket's issue forward."""
     from types import SimpleNamespace
 
-    from bucketing.ordering import WITH_ESTIMATES, issue_positions
-    from bucketing.records import Bucket, When
+    from bucketing.plan.estimates import WITH_ESTIMATES
+    from bucketing.plan.issue import issue_positions
+    from bucketing.collectives import ALL_GATHER
+    from bucketing.plan.records import Bucket, When
 
     def member(position, first_use):
         m = SimpleNamespace(node=object(), group_name="g")
         whens[m.node] = When(position, 0, first_use, first_use, 1, 4, 0.0)
         return m
 
-    def bucket(*members, ahead=()):
-        return Bucket(0, "all_gather", (), 1.0, list(members), len(members)).mark_ahead({m.node for m in ahead})
+    def bucket(*members, apart=()):
+        return Bucket(0, ALL_GATHER, (), 1.0, list(members), len(members)).set_apart({m.node for m in apart})
 
     whens = {}
     head, norm, block0, block1, block2 = (member(p, p + 5) for p in (5, 15, 25, 35, 45))
     a, c, d = bucket(head), bucket(block1), bucket(block2)
-    joined = issue_positions([a, bucket(norm, block0, ahead=[norm]), c, d], whens, WITH_ESTIMATES)
+    joined = issue_positions([a, bucket(norm, block0, apart=[norm]), c, d], whens, WITH_ESTIMATES)
     alone = issue_positions([a, bucket(norm), bucket(block0), c, d], whens, WITH_ESTIMATES)
     # The head, the norm and block0 go at once; block1 once the head is used, block2 once the norm is.
     assert [alone[id(b)] for b in (a, c, d)] == [1, 10, 20]
     assert [joined[id(b)] for b in (a, c, d)] == [1, 10, 20]
-    # Not copied out ahead, the joined bucket counts once: block1 too goes at once.
+    # Not copied out apart, the joined bucket counts once: block1 too goes at once.
     merged = issue_positions([a, bucket(norm, block0), c, d], whens, WITH_ESTIMATES)
     assert [merged[id(b)] for b in (a, c, d)] == [1, 1, 10]

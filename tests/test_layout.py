@@ -3,7 +3,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bucketing.layout import plan_chunk
+from bucketing.apply.layout import plan_chunk
 
 DTYPES = [
     torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.float8_e4m3fn, torch.float8_e5m2,

@@ -217,8 +217,9 @@ def test_bad_blocks_per_bucket_fails_at_construction(value):
 
 def _blocks_and_whens(group_name, gm=None):
     from bucketing.collectives import find_collectives
-    from bucketing.planning import module_unit, when
-    from bucketing.timeline import Timeline
+    from bucketing.plan import when
+    from bucketing.plan.policy import module_unit
+    from bucketing.plan.timeline import Timeline
 
     gm = gm if gm is not None else _forward(group_name)
     options = bc.BucketingOptions()
@@ -244,7 +245,7 @@ def _blocks_and_whens(group_name, gm=None):
 ])
 def test_blocks_per_bucket_estimated_from_collective_and_compute_costs(group_name, latency_ms, ms_per_byte,
                                                                         expected):
-    from bucketing.planning import BlockEstimate
+    from bucketing.plan.estimates import BlockEstimate
 
     blocks, whens, before = _blocks_and_whens(group_name)
     assert len(blocks) == 4
@@ -256,16 +257,16 @@ def test_estimated_buckets_hold_one_block_at_the_start_and_the_end(group_name, m
     """Two blocks a bucket by the estimates (a latency of 1.5 blocks' compute), but
     the first bucket waits with nothing to hide it and the backward's last
     likewise: those hold one block each. blocks_per_bucket=2 is taken as written."""
-    import bucketing.planning as planning
-    from bucketing.timeline import Timeline
+    import bucketing.plan.estimates as estimates
+    from bucketing.plan.timeline import Timeline
 
     def latency_of_one_and_a_half_blocks(gm):
         blocks, whens, _ = _blocks_and_whens(group_name, gm)
         before = StandInEstimates().compute_ms_before(Timeline(gm.graph))  # a millisecond a node
-        block_ms = planning.BlockEstimate.of(blocks, whens, before, StandInEstimates()).block_ms
+        block_ms = estimates.BlockEstimate.of(blocks, whens, before, StandInEstimates()).block_ms
         costs = StandInEstimates(1.5 * block_ms, 0.0, 0.0)
-        assert planning.BlockEstimate.of(blocks, whens, before, costs).blocks_per_bucket() == 2
-        monkeypatch.setattr(planning, "device_costs", lambda device: costs)
+        assert estimates.BlockEstimate.of(blocks, whens, before, costs).blocks_per_bucket() == 2
+        monkeypatch.setattr(estimates, "device_costs", lambda device: costs)
 
     latency_of_one_and_a_half_blocks(_forward(group_name))
     plan = bc.bucket_collectives(_forward(group_name), locality_flops=0)
@@ -292,7 +293,7 @@ def test_blocks_per_bucket_counts_the_buckets_the_cap_makes(group_name):
     """With a cap of one block's bytes, two blocks merged are still two collectives:
     at a 1.5 ms latency no run of blocks fits within its compute (1 ms a block),
     so the estimate takes every block and finds the group communication-bound."""
-    from bucketing.planning import BlockEstimate
+    from bucketing.plan.estimates import BlockEstimate
 
     blocks, whens, before = _blocks_and_whens(group_name)
     one_block = max(sum(c.nbytes for c in members) for members in blocks)
@@ -309,11 +310,11 @@ def test_blocks_per_bucket_counts_the_buckets_the_cap_makes(group_name):
 ])
 def test_with_estimates_copies_are_refused_only_where_the_compute_bounds_the_step(group_name, monkeypatch,
                                                                                   ms_per_byte, refused):
-    import bucketing.planning as planning
+    import bucketing.plan.estimates as estimates
 
     # Merging saves 10 us; a byte copied in and out costs 0.1 us: the weight's
     # copies (0.016 ms) cost more than merging saves, the bias's (40 bytes) less.
-    monkeypatch.setattr(planning, "device_costs", lambda device: StandInEstimates(0.01, ms_per_byte, 1e-4))
+    monkeypatch.setattr(estimates, "device_costs", lambda device: StandInEstimates(0.01, ms_per_byte, 1e-4))
     plan = bc.bucket_collectives(_forward(group_name), locality_flops=0)
     reasons = [s.reason for s in plan.skipped if "copy-in and copy-out cost" in s.reason]
     assert len(reasons) == refused, plan
@@ -326,9 +327,9 @@ def test_with_estimates_a_collective_outside_the_blocks_joins_them_where_communi
     (used after the last block) joins the blocks' unit, and a gradient outside
     any block joins the blocks' reduce-scatter of its dtype. Compute-bound, both
     stay out of the blocks."""
-    import bucketing.planning as planning
+    import bucketing.plan.estimates as estimates
 
-    monkeypatch.setattr(planning, "device_costs", lambda device: StandInEstimates(0.01, ms_per_byte, 0.0))
+    monkeypatch.setattr(estimates, "device_costs", lambda device: StandInEstimates(0.01, ms_per_byte, 0.0))
     forward = bc.bucket_collectives(_forward(group_name), locality_flops=0)
     gm = _backward(group_name)
     bias = [n for n in gm.graph.nodes if n.target is c10d.reduce_scatter_tensor.default][1]
@@ -379,18 +380,18 @@ def test_with_estimates_a_gather_needed_before_the_blocks_joins_them_and_is_copi
     saved shortens the step. It is copied out at its own first use and the blocks'
     members at theirs, so the blocks' parameters are not gathered out over the head's
     compute. Compute-bound it stays alone."""
-    import bucketing.planning as planning
+    import bucketing.plan.estimates as estimates
 
     options, op = COPY_OUTS[copy_out]
-    monkeypatch.setattr(planning, "device_costs", lambda device: StandInEstimates(0.01, ms_per_byte, 0.0))
+    monkeypatch.setattr(estimates, "device_costs", lambda device: StandInEstimates(0.01, ms_per_byte, 0.0))
     gm = _head_first(group_name)
     head = next(n for n in gm.graph.nodes if n.target is c10d.all_gather_into_tensor.default).name
     plan = bc.bucket_collectives(gm, locality_flops=0, **options)
     if not ms_per_byte:
-        assert head in {s.node_name for s in plan.skipped} and not any(b.ahead for b in plan.buckets), plan
+        assert head in {s.node_name for s in plan.skipped} and not any(b.apart for b in plan.buckets), plan
         return
     (bucket,) = plan.buckets
-    assert (len(bucket.members), bucket.ahead) == (2 * BLOCKS + 1, (head,)), plan
+    assert (len(bucket.members), bucket.apart) == (2 * BLOCKS + 1, (head,)), plan
     nodes = list(gm.graph.nodes)
     copies = [i for i, n in enumerate(nodes) if n.target is op]
     mms = [i for i, n in enumerate(nodes) if n.target is torch.ops.aten.mm.default]
@@ -403,26 +404,28 @@ def test_with_estimates_a_gather_needed_before_the_blocks_joins_them_and_is_copi
 def test_with_estimates_the_memory_budget_is_two_blocks_gathered(group_name, monkeypatch):
     """FSDP2's prefetch bound: with estimates and no memory_budget_mb, buckets may
     add two blocks' gathered parameters (here 2 x 160 bytes) to the estimated peak."""
-    import bucketing.planning as planning
+    import bucketing.plan.estimates as estimates
 
     budgets = []
-    real = planning.memory.split_to_budget
+    from bucketing.plan import memory
+
+    real = memory.split_to_budget
 
     def spy(buckets, whens, timeline, budget, *args):
         budgets.append(budget)
         return real(buckets, whens, timeline, budget, *args)
 
-    monkeypatch.setattr(planning.memory, "split_to_budget", spy)
-    monkeypatch.setattr(planning, "device_costs", lambda device: StandInEstimates(0.01, 0.0, 0.0))
+    monkeypatch.setattr(memory, "split_to_budget", spy)
+    monkeypatch.setattr(estimates, "device_costs", lambda device: StandInEstimates(0.01, 0.0, 0.0))
     cap_mb = 160 / 2**20
     bc.bucket_collectives(_forward(group_name), locality_flops=0, bucket_cap_mb=cap_mb)
     bc.bucket_collectives(_forward(group_name), locality_flops=0, bucket_cap_mb=cap_mb, memory_budget_mb=1e-4)
-    monkeypatch.setattr(planning, "device_costs", lambda device: None)
+    monkeypatch.setattr(estimates, "device_costs", lambda device: None)
     bc.bucket_collectives(_forward(group_name), locality_flops=0, bucket_cap_mb=cap_mb)
     assert budgets == [320, 1e-4 * 2**20, 160], budgets
 
 
 def test_no_estimates_on_the_cpu():
-    from bucketing.costs import device_costs
+    from bucketing.plan.costs import device_costs
 
     assert device_costs(torch.device("cpu")) is None

@@ -6,7 +6,7 @@ import torch
 
 import bucketing  # noqa: F401  (registers ops)
 from bucketing import ops
-from bucketing.layout import plan_chunk
+from bucketing.apply.layout import plan_chunk
 
 
 @pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "interleaved"])

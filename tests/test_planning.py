@@ -5,7 +5,7 @@ import torch
 import bucketing.core as bc
 from bucketing.collectives import find_collectives
 from bucketing.options import make_options
-from bucketing.planning import plan_buckets
+from bucketing.plan import make_policy, plan
 
 from .graphs import WORLD, ag, ar, c10d, rs, trace
 
@@ -15,8 +15,11 @@ bf16, f32 = torch.bfloat16, torch.float32
 def _plan(gm, **options):
     opts = make_options(**options)
     found, _ = find_collectives(gm.graph, opts.collectives, opts.fuse_casts)
-    planned = plan_buckets(gm.graph, found, opts)
-    return [[m.node.name for m in b.members] for b in planned.buckets], planned.kept_out
+    planned = plan(gm.graph, found, make_policy(opts, found[0].node.meta["val"].device))
+    buckets = planned.buckets + [a.bucket for a in planned.alone if a.unjoined]
+    buckets.sort(key=lambda b: planned.whens[b.members[0].node].position)
+    kept_out = [a.collective.node.name for a in planned.alone if not a.unjoined]
+    return [[m.node.name for m in b.members] for b in buckets], kept_out
 
 
 def test_multidtype_all_gathers_share_a_key(group_name):
@@ -66,7 +69,7 @@ def test_member_over_the_cap_stays_alone_and_keeps_the_bucket_open(group_name):
                ((4,), f32), ((4096,), f32), ((4,), f32))
     buckets, skipped = _plan(gm, bucket_cap_mb=1024 * WORLD / 2**20)
     assert list(map(len, buckets)) == [2]
-    assert [s.node_name for s in skipped] == ["all_gather_into_tensor_1"]
+    assert skipped == ["all_gather_into_tensor_1"]
 
 
 def test_count_cap(group_name):

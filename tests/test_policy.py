@@ -5,7 +5,7 @@ import copy
 import torch
 
 import bucketing.core as bc
-from bucketing.memory import estimate_peak_bytes
+from bucketing.plan.memory import estimate_peak_bytes
 
 from .graphs import StandInEstimates, ag, ar, trace
 
@@ -97,9 +97,9 @@ def test_next_bucket_is_prefetched_while_the_previous_one_is_used(group_name):
 
 
 def test_with_estimates_three_buckets_are_in_flight_and_nothing_waits_to_issue(group_name, monkeypatch):
-    import bucketing.planning as planning
+    import bucketing.plan.estimates as estimates
 
-    monkeypatch.setattr(planning, "device_costs", lambda device: StandInEstimates())
+    monkeypatch.setattr(estimates, "device_costs", lambda device: StandInEstimates())
 
     def f(x, extra, head, *params):
         for norm, w in zip(params[::2], params[1::2]):
@@ -132,7 +132,7 @@ def test_with_estimates_three_buckets_are_in_flight_and_nothing_waits_to_issue(g
     assert matmuls[2] < head < matmuls[3], (head, matmuls)
     # A collective estimated to take long goes earlier still: twice its time of
     # compute before its first use (30 ms each here, a millisecond a node).
-    monkeypatch.setattr(planning, "device_costs", lambda device: StandInEstimates(latency_ms=30.0))
+    monkeypatch.setattr(estimates, "device_costs", lambda device: StandInEstimates(latency_ms=30.0))
     gm = trace(f, *specs)
     bc.bucket_collectives(gm, locality_flops=0)
     nodes = list(gm.graph.nodes)
@@ -141,7 +141,7 @@ def test_with_estimates_three_buckets_are_in_flight_and_nothing_waits_to_issue(g
     assert max(gathers) < matmuls[0], (gathers, matmuls)
     # Without estimates (the CPU): one bucket ahead, and the all-reduce where it was.
     gm = trace(f, *specs)
-    monkeypatch.setattr(planning, "device_costs", lambda device: None)
+    monkeypatch.setattr(estimates, "device_costs", lambda device: None)
     bc.bucket_collectives(gm, locality_flops=0)
     nodes = list(gm.graph.nodes)
     matmuls = [i for i, n in enumerate(nodes) if n.target is torch.ops.aten.mm.default]
@@ -149,11 +149,11 @@ def test_with_estimates_three_buckets_are_in_flight_and_nothing_waits_to_issue(g
 
 
 def test_with_estimates_a_member_whose_copies_cost_more_than_merging_saves_stays_alone(group_name, monkeypatch):
-    import bucketing.planning as planning
+    import bucketing.plan.estimates as estimates
 
     # Merging saves 10 us; copying a byte in and out costs 1 ns: the 48 bytes a
     # (4,) f32 gather moves cost 0.05 us, the 192 KiB of a (256, 64) one 197 us.
-    monkeypatch.setattr(planning, "device_costs", lambda device: StandInEstimates(0.01, 0.0, 1e-6))
+    monkeypatch.setattr(estimates, "device_costs", lambda device: StandInEstimates(0.01, 0.0, 1e-6))
 
     def f(*params):
         return [ag(p, group_name) * 2 for p in params]

@@ -190,7 +190,7 @@ def test_pass_never_raises_into_a_compile(group_name, monkeypatch, caplog):
     def boom(*a, **k):
         raise RuntimeError("planner exploded")
 
-    monkeypatch.setattr(bc, "plan_buckets", boom)
+    monkeypatch.setattr(bc, "plan", boom)
     bc.BucketingPass()(gm.graph)
     assert gm.code == code
     assert "pass failed" in caplog.text
@@ -206,9 +206,9 @@ def _graph_state(gm):
 # success), one bucket depends on another's result, and the plan check is
 # inserted: every kind of change the rewrite makes is in flight when it fails.
 _REWRITE_STEPS = {
-    "replace": "bucketing.core.replace_members",
-    "place": "bucketing.ordering.place",
-    "reorder": "bucketing.ordering.reorder",
+    "replace": "bucketing.apply.replace_members",
+    "place": "bucketing.apply.place",
+    "reorder": "bucketing.apply.placement.reorder",
     "describe": "bucketing.report.locate",
     "lint": "torch.fx.Graph.lint",
 }
@@ -252,16 +252,16 @@ def test_failed_rewrite_leaves_the_graph_as_it_was(group_name, monkeypatch, capl
 
 def test_a_bucket_that_fails_to_build_leaves_no_node_behind(group_name, monkeypatch):
     """Its members stay as they were, with the reason; the other bucket still merges."""
-    import bucketing.rewrite
+    import bucketing.apply
 
-    real = bucketing.rewrite.copy_provenance
+    real = bucketing.apply.copy_provenance
 
     def fail_for_reductions(source, nodes):
         if source.target is c10d.reduce_scatter_tensor.default:
             raise RuntimeError("provenance exploded")
         real(source, nodes)
 
-    monkeypatch.setattr(bucketing.rewrite, "copy_provenance", fail_for_reductions)
+    monkeypatch.setattr(bucketing.apply, "copy_provenance", fail_for_reductions)
     gm = trace(lambda a, b, c, d: (ag(a, group_name), ag(b, group_name), rs(c, group_name), rs(d, group_name)),
                ((3,), f32), ((5,), f32), ((8,), f32), ((4,), f32))
     plan = bc.bucket_collectives(gm)
@@ -277,18 +277,19 @@ def test_a_bucket_that_fails_to_build_leaves_no_node_behind(group_name, monkeypa
 def test_a_graph_that_cannot_be_put_back_fails_the_compile_loudly(group_name, monkeypatch, caplog):
     """If an original node is gone, the graph cannot be restored: the pass says so and
     raises, rather than hand Inductor a half-rewritten graph under a "left as it was" line."""
-    import bucketing.checkpoint
+    import bucketing.apply
+    import bucketing.apply.checkpoint
 
     gm = trace(lambda *xs: tuple(ag(x, group_name) for x in xs), ((3,), f32), ((5,), f32))
-    real = bc.replace_members
+    real = bucketing.apply.replace_members
 
     def erase_then_fail(emitted):
         replaced = real(emitted)
         gm.graph.erase_node(replaced[0])  # a member's wait, which nothing uses any more
         raise RuntimeError("replace failed")
 
-    monkeypatch.setattr(bc, "replace_members", erase_then_fail)
-    with pytest.raises(bucketing.checkpoint.RestoreFailed, match="wait_tensor"):
+    monkeypatch.setattr(bucketing.apply, "replace_members", erase_then_fail)
+    with pytest.raises(bucketing.apply.checkpoint.RestoreFailed, match="wait_tensor"):
         bc.BucketingPass()(gm.graph)
     assert "could not be put back" in caplog.text
 

@@ -239,15 +239,16 @@ def test_the_pass_reads_torchs_estimates_for_the_simulated_gpu():
     more across nodes; a copy costs its bytes twice at HBM bandwidth. (torch < 2.13's
     NCCL model is ring-only and saves less across nodes than a copy costs.)"""
     from benchmarks import sim_trace
-    from bucketing.costs import device_costs
+    from bucketing.collectives import ALL_GATHER
+    from bucketing.plan.costs import device_costs
 
     with sim_trace.estimation(sim_trace.gpu("h200")):
         costs = device_costs(torch.device("cuda"))
         assert costs is not None
         block = 436 * 2**20  # one llama3-8b block, bf16, gathered
-        within, across, wide = (costs.collective_ms("all_gather", block, n) for n in (8, 64, 512))
+        within, across, wide = (costs.collective_ms(ALL_GATHER, block, n) for n in (8, 64, 512))
         assert 0 < within < across < wide
-        saves = [costs.merge_saves_ms("all_gather", block, block, n) for n in (8, 64, 512)]
+        saves = [costs.merge_saves_ms(ALL_GATHER, block, block, n) for n in (8, 64, 512)]
         assert 0 < saves[0] < saves[1] < saves[2]
         # 4.8 TB/s: 4.8 GB read and written once each takes 2 ms.
         assert costs.copy_ms(4.8e9) == pytest.approx(2.0, rel=0.01)
@@ -264,8 +265,9 @@ def test_the_pass_charges_no_compute_for_nodes_without_a_kernel():
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from benchmarks import sim_trace
-    from bucketing.costs import device_costs
-    from bucketing.timeline import Timeline
+    from bucketing.collectives import ALL_GATHER
+    from bucketing.plan.costs import device_costs
+    from bucketing.plan.timeline import Timeline
 
     from .graphs import ag
 

@@ -16,26 +16,40 @@ bf16, f32 = torch.bfloat16, torch.float32
 PACKAGE = os.path.dirname(bc.__file__)
 
 
+def _sources() -> dict[str, str]:
+    """Module name relative to the package ("plan.assign"; a package by its own
+    name, "plan") -> its path, every depth."""
+    out = {}
+    for root, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(root, name)
+                parts = os.path.relpath(path, PACKAGE)[:-3].split(os.sep)
+                if parts[-1] == "__init__":
+                    parts = parts[:-1] or ["__init__"]
+                out[".".join(parts)] = path
+    return dict(sorted(out.items()))
+
+
 def _package_imports() -> dict[str, set[str]]:
     """Module name -> the package modules it imports (relative imports, any
     depth in the file, `if TYPE_CHECKING:` blocks included)."""
+    sources = _sources()
     graph = {}
-    for name in sorted(os.listdir(PACKAGE)):
-        if not name.endswith(".py"):
-            continue
-        module = name[:-3]
-        tree = ast.parse(open(os.path.join(PACKAGE, name)).read())
+    for module, path in sources.items():
+        is_package = path.endswith("__init__.py")
+        here = [] if module == "__init__" else module.split(".")
+        base_parts = here if is_package else here[:-1]
         deps = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                if node.module:
-                    deps.add(node.module.split(".")[0])
-                else:
-                    deps.update(alias.name for alias in node.names)
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.ImportFrom) and node.level >= 1:
+                base = base_parts[:len(base_parts) - (node.level - 1)]
+                names = [node.module] if node.module else [a.name for a in node.names]
+                for name in names:
+                    target = ".".join(base + name.split("."))
+                    deps.add(target if target in sources else ".".join(base) or "__init__")
         graph[module] = deps - {module}
     return graph
-
-
 def test_the_package_import_graph_has_no_cycle():
     graph = _package_imports()
     state: dict[str, str] = {}
@@ -54,8 +68,7 @@ def test_the_package_import_graph_has_no_cycle():
 
 
 def test_the_cache_key_hashes_every_source_file_of_the_pass(tmp_path, monkeypatch):
-    files = {os.path.basename(f) for f in bc.SOURCE_FILES}
-    assert files == {name for name in os.listdir(PACKAGE) if name.endswith(".py")}
+    assert set(bc.SOURCE_FILES) == set(_sources().values())
     # Any edit of any of them changes the key; nothing else does.
     def key_now():
         get_hash_for_files.cache_clear()  # torch caches the last answer by path
@@ -64,7 +77,7 @@ def test_the_cache_key_hashes_every_source_file_of_the_pass(tmp_path, monkeypatc
     key = key_now()
     copies = []
     for f in bc.SOURCE_FILES:
-        copy = tmp_path / os.path.basename(f)
+        copy = tmp_path / os.path.relpath(f, PACKAGE).replace(os.sep, "_")
         copy.write_text(open(f).read())
         copies.append(str(copy))
     monkeypatch.setattr(bc, "SOURCE_FILES", tuple(copies))

@@ -1,7 +1,7 @@
 """Undo a rewrite that failed half way: the graph as it was, node for node.
 
 The rewrite only adds nodes, rewires inputs and moves nodes until it commits;
-the members it replaces are erased last (rewrite.erase_replaced), once nothing
+the members it replaces are erased last (erase_replaced), once nothing
 can fail. So the graph before the rewrite is its node order and each node's
 inputs, and restoring means: every original node's args and kwargs back (which
 drops every use of a new node), the new nodes erased, the original order back.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from . import ordering
+from .placement import move_into
 
 
 class RestoreFailed(RuntimeError):
@@ -53,4 +53,4 @@ class GraphCheckpoint:
             if len(left) == len(pending):
                 raise RestoreFailed(f"bucketing: cannot restore the graph, new nodes still in use: {left[0].name}")
             pending = left
-        ordering.move_into(graph, self.order)
+        move_into(graph, self.order)

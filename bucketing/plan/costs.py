@@ -23,7 +23,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from .collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+from ..collectives import ALL_GATHER, BY_TARGET, Kind
 from .timeline import Timeline, node_flops
 
 # The share of the datasheet peak torch's roofline expects a matmul to reach.
@@ -43,7 +43,7 @@ class DeviceCosts:
         """Reading and writing `nbytes` once each in device memory."""
         return 2 * nbytes / self.hbm_bytes_per_ms
 
-    def merge_saves_ms(self, kind: str, bucket_bytes: float, member_bytes: float, group_size: int) -> float:
+    def merge_saves_ms(self, kind: Kind, bucket_bytes: float, member_bytes: float, group_size: int) -> float:
         """What one collective of `member_bytes` saves by joining one of `bucket_bytes` instead of going alone."""
         alone = self.collective_ms(kind, bucket_bytes, group_size) + self.collective_ms(kind, member_bytes, group_size)
         return alone - self.collective_ms(kind, bucket_bytes + member_bytes, group_size)
@@ -62,29 +62,32 @@ class DeviceCosts:
     def compute_ms_before(self, timeline: Timeline) -> list[float]:
         """Per position of `timeline`, the estimated compute milliseconds before it (one more: the total).
 
-        Nodes that only feed all-gathers count nothing: the padding of an
-        uneven shard is one, and it exists on some ranks only (a rank's shard
-        is what it pads; a gradient before its reduce-scatter has one shape on
-        every rank), where counting it would let ranks plan differently."""
-        feeds_only_gathers: set[fx.Node] = set()
+        Nodes that only feed collectives whose inputs differ by rank count
+        nothing: the padding of an uneven shard before its all-gather exists on
+        some ranks only, where counting it would let ranks plan differently."""
+        rank_dependent: set[fx.Node] = set()
         for node in reversed(timeline.nodes):
-            if node.users and all(u.target is ALL_GATHER.target or u in feeds_only_gathers for u in node.users):
-                feeds_only_gathers.add(node)
+            if node.users and all(_inputs_differ_by_rank(u) or u in rank_dependent for u in node.users):
+                rank_dependent.add(node)
         out, total = [], 0.0
         for node in timeline.nodes:
             out.append(total)
-            if node not in feeds_only_gathers:
+            if node not in rank_dependent:
                 total += self.node_ms(node)
         out.append(total)
         return out
 
-    def collective_ms(self, kind: str, nbytes: int, group_size: int) -> float:
+    def collective_ms(self, kind: Kind, nbytes: int, group_size: int) -> float:
         """One collective of `kind` moving `nbytes` (its input and output, as torch counts them)."""
         from torch._inductor.comm_analysis import NCCL_COLL, estimate_nccl_collective_runtime_impl
 
-        coll = {ALL_GATHER.name: NCCL_COLL.ALL_GATHER, REDUCE_SCATTER.name: NCCL_COLL.REDUCE_SCATTER,
-                ALL_REDUCE.name: NCCL_COLL.ALL_REDUCE}[kind]
+        coll = getattr(NCCL_COLL, kind.nccl_name)
         return float(estimate_nccl_collective_runtime_impl(int(nbytes), int(group_size), coll))
+
+
+def _inputs_differ_by_rank(node: fx.Node) -> bool:
+    kind = BY_TARGET.get(node.target)
+    return kind is not None and kind.inputs_differ_by_rank
 
 
 # Allocations Inductor makes without a kernel.
@@ -130,7 +133,7 @@ def device_costs(device: torch.device) -> DeviceCosts | None:
         tops = datasheet_tops(torch.bfloat16)
         costs = DeviceCosts(float(tops) * 1e9, float(get_gpu_dram_gbps()) * 1e6) if tops else None
         if costs is not None:
-            costs.collective_ms(ALL_GATHER.name, 1 << 20, 2)  # the NCCL model answers on this device
+            costs.collective_ms(ALL_GATHER, 1 << 20, 2)  # the NCCL model answers on this device
     except Exception as e:  # an estimator torch cannot run here: plan without estimates
         log.info("bucketing: no cost estimates for %s (%s: %s); planning by FLOPs alone", device, type(e).__name__, e)
         return None

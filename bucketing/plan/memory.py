@@ -1,8 +1,8 @@
 """Memory: live bytes along the graph, what each bucket adds, and splits to a budget.
 
 Merging holds bytes longer than the unbucketed program does: a bucket's
-inputs wait for its issue, its result waits for its first use. After
-planning, buckets that raise the estimated peak beyond the memory budget are
+inputs wait for its issue, its result waits for its first use. Once
+assigned, buckets that raise the estimated peak beyond the memory budget are
 halved where the peak is, until the estimate fits.
 """
 
@@ -14,10 +14,12 @@ from collections.abc import Callable
 import torch
 import torch.fx as fx
 
-from .collectives import WAIT
-from .ordering import Prefetch, issue_positions
+from ..collectives import WAIT
 from .records import Bucket
 from .timeline import Timeline
+
+# Per bucket (by id) the position it is issued before, for a list of buckets.
+IssuePositions = Callable[[list[Bucket]], dict[int, int]]
 
 # Merging adds at most this many times the merged bytes at any point (inputs
 # and results held longer, one packed copy); the sweep is skipped when even that fits.
@@ -30,7 +32,7 @@ def bucket_extra_intervals(bucket, whens: dict, issue: int, copy_out: str = "cop
     With the default copy-out, the merged result lives from the bucket's issue
     to its first use, where every member is copied out of it; each member
     then lives to its own last use, in place of its own collective's result.
-    Members copied out ahead (Bucket.ahead) count as they would alone, and the
+    Members copied out apart (Bucket.apart) count as they would alone, and the
     rest from their own first use.
     With `views` (copy_out="views") members share the merged buffer, which
     exists from the issue and is held until every member is read (an
@@ -45,7 +47,7 @@ def bucket_extra_intervals(bucket, whens: dict, issue: int, copy_out: str = "cop
     ws = [whens[m.node] for m in bucket.members]
     out = []
     if copy_out != "copy":
-        clone_at_first_use = copy_out == "views" and bucket.kind == "all_gather"
+        clone_at_first_use = copy_out == "views" and bucket.kind.views_clone_members
         held_until = max(w.first_use if clone_at_first_use else w.last_use for w in ws)
         for w in ws:
             if issue < w.position:
@@ -53,11 +55,11 @@ def bucket_extra_intervals(bucket, whens: dict, issue: int, copy_out: str = "cop
             if w.last_use < held_until:
                 out.append((w.last_use + 1, held_until, w.out_bytes))
     else:
-        # The merged result is held until the copy-out of the members not
-        # needed ahead. Those ahead count as they would alone: not at all,
-        # like any collective left as it was (only merging is charged here).
+        # The merged result is held until the copy-out of the members not set
+        # apart. Those apart count as they would alone: not at all, like any
+        # collective left as it was (only merging is charged here).
         held_until = bucket.copied_out_at(whens)
-        rest = [w for m, w in zip(bucket.members, ws) if m.node not in bucket.ahead]
+        rest = [w for m, w in zip(bucket.members, ws) if m.node not in bucket.apart]
         out.append((issue, held_until - 1, sum(w.out_bytes for w in rest)))
         for w in rest:
             out.append((held_until, w.last_use, w.out_bytes))
@@ -86,47 +88,47 @@ def extra_peak_bytes(bucket: Bucket, whens: dict, issue: int, copy_out: str = "c
 
 
 def split_to_budget(buckets: list[Bucket], whens: dict, timeline: Timeline, budget: float,
-                    copy_out: str = "copy", prefetch: Prefetch = Prefetch(),
-                    lead: Callable[[Bucket], int] | None = None) -> list[Bucket]:
-    """The buckets, halved where needed so the estimated peak stays within `budget` bytes of the unbucketed one."""
+                    copy_out: str, issue_positions: IssuePositions) -> list[Bucket]:
+    """The buckets, halved where needed so the estimated peak stays within `budget`
+    bytes of the unbucketed one (each bucket issued where `issue_positions` puts it)."""
     merged_bytes = sum(b.nbytes for b in buckets if len(b.members) > 1 and not b.explicit)
     if MAX_GROWTH_PER_MERGED_BYTE * merged_bytes <= budget:
         return buckets
-    return split_for_memory(buckets, whens, live_bytes(timeline), budget, copy_out, prefetch, lead)
-
-
-def split_for_memory(buckets: list, whens: dict, base_live: list[int], budget: float,
-                     copy_out: str = "copy", prefetch: Prefetch = Prefetch(),
-                     lead: Callable[[Bucket], int] | None = None) -> list:
-    """Halve the bucket that adds most at the estimated peak until it is within `budget` of the unbucketed one."""
+    base_live = live_bytes(timeline)
     limit = max(base_live, default=0) + budget
-    size = len(base_live) + 2
     while True:
-        issue = issue_positions(buckets, whens, prefetch, lead)
-        extra = [0] * size
-        per_bucket = {}
-        for b in buckets:
-            if len(b.members) < 2 or b.explicit:  # the user's module_buckets entries stay whole
-                continue
-            per_bucket[id(b)] = intervals = bucket_extra_intervals(b, whens, issue[id(b)], copy_out)
-            for start, end, nbytes in intervals:
-                extra[start] += nbytes
-                extra[end + 1] -= nbytes
-        live, worst, at = 0, -1, 0
-        for t, base in enumerate(base_live):
-            live += extra[t]
-            if base + live > worst:
-                worst, at = base + live, t
-        if worst <= limit:
+        at, adds = _peak(buckets, whens, base_live, limit, copy_out, issue_positions(buckets))
+        if at is None:
             return buckets
-
-        adds = {bid: sum(n for s, e, n in spans if s <= at <= e) for bid, spans in per_bucket.items()}
         culprit = max(buckets, key=lambda b: adds.get(id(b), 0))
         if adds.get(id(culprit), 0) == 0:
             return buckets
         i = next(k for k, b in enumerate(buckets) if b is culprit)
         buckets[i:i + 1] = halve(culprit, f"split to keep the estimated peak within the memory budget "
                                           f"({budget:.0f} bytes over the unbucketed peak)")
+
+
+def _peak(buckets: list[Bucket], whens: dict, base_live: list[int], limit: float, copy_out: str,
+          issue: dict[int, int]) -> tuple[int | None, dict[int, int]]:
+    """(the position of the estimated peak, or None if it is within `limit`;
+    per bucket by id, the bytes it adds there)."""
+    extra = [0] * (len(base_live) + 2)
+    per_bucket = {}
+    for b in buckets:
+        if len(b.members) < 2 or b.explicit:  # the user's module_buckets entries stay whole
+            continue
+        per_bucket[id(b)] = intervals = bucket_extra_intervals(b, whens, issue[id(b)], copy_out)
+        for start, end, nbytes in intervals:
+            extra[start] += nbytes
+            extra[end + 1] -= nbytes
+    live, worst, at = 0, -1, 0
+    for t, base in enumerate(base_live):
+        live += extra[t]
+        if base + live > worst:
+            worst, at = base + live, t
+    if worst <= limit:
+        return None, {}
+    return at, {bid: sum(n for s, e, n in spans if s <= at <= e) for bid, spans in per_bucket.items()}
 
 
 def halve(bucket, why: str) -> list:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch.fx as fx
 from torch.utils.flop_counter import flop_registry
 
-from .collectives import is_barrier, is_seeded
+from ..collectives import is_barrier, is_seeded
 
 
 def node_flops(node: fx.Node) -> float:

@@ -1,11 +1,14 @@
-"""The records planning hands the later phases: when a collective is needed,
-what a bucket spans, and the bucket itself."""
+"""The records of a plan: when a collective is needed, what a bucket spans,
+the bucket, a collective left alone and why, and the whole plan."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from .collectives import Collective
+import torch.fx as fx
+
+from ..collectives import Collective, Kind
+from .timeline import Timeline
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +52,7 @@ class Bucket:
     """Collectives merged into one; `index` counts buckets of one kind in graph order."""
 
     index: int
-    kind: str
+    kind: Kind
     key: tuple
     cap_bytes: float
     members: list[Collective] = dataclasses.field(default_factory=list)
@@ -59,35 +62,34 @@ class Bucket:
     alone_reason: str = ""
     module: str | None = None  # the module unit it holds (a block or a module_buckets entry)
     explicit: bool = False  # a module_buckets entry: the memory split leaves it whole
-    # All-gather members the graph needs well before the rest (one outside the
-    # blocks that joined the next block's unit): copied out at their own first
-    # use, the rest at theirs, so the rest are not held over the compute between.
-    # Never every member (mark_ahead): there is always a rest.
-    ahead: frozenset = frozenset()  # of member nodes
+    # Members copied out apart, at their own first use, the rest at theirs, so
+    # the rest are not held over the compute between (a policy decides which).
+    # Never every member (set_apart): there is always a rest.
+    apart: frozenset = frozenset()  # of member nodes
 
     def part(self, members: list[Collective], alone_reason: str = "") -> Bucket:
         """A bucket of some of these members (a split keeps key, index and cap)."""
         return Bucket(self.index, self.kind, self.key, self.cap_bytes, list(members),
                       sum(m.nbytes for m in members), alone_reason=alone_reason,
-                      module=self.module, explicit=self.explicit).mark_ahead(self.ahead)
+                      module=self.module, explicit=self.explicit).set_apart(self.apart)
 
-    def mark_ahead(self, nodes) -> Bucket:
-        """Copy out the members among `nodes` ahead of the rest; none where that is
+    def set_apart(self, nodes) -> Bucket:
+        """Copy out the members among `nodes` apart from the rest; none where that is
         every member (nothing would be copied out after them)."""
-        ahead = frozenset(m.node for m in self.members if m.node in nodes)
-        self.ahead = ahead if len(ahead) < len(self.members) else frozenset()
+        apart = frozenset(m.node for m in self.members if m.node in nodes)
+        self.apart = apart if len(apart) < len(self.members) else frozenset()
         return self
 
     def copied_out_at(self, whens: dict) -> int:
-        """Where the copy-out of the members not needed ahead goes (the first use of
+        """Where the copy-out of the members not set apart goes (the first use of
         any of them): the merged result of the default copy-out is held until then."""
-        return min(whens[m.node].first_use for m in self.members if m.node not in self.ahead)
+        return min(whens[m.node].first_use for m in self.members if m.node not in self.apart)
 
     def copy_out_groups(self) -> list[list[int]]:
         """Member indices per copy-out, in the order the graph needs them: those
-        `ahead`, then the rest."""
-        early = [i for i, m in enumerate(self.members) if m.node in self.ahead]
-        rest = [i for i, m in enumerate(self.members) if m.node not in self.ahead]
+        set apart, then the rest."""
+        early = [i for i, m in enumerate(self.members) if m.node in self.apart]
+        rest = [i for i, m in enumerate(self.members) if m.node not in self.apart]
         return [early, rest] if early else [rest]
 
     @property
@@ -97,3 +99,33 @@ class Bucket:
     @property
     def reduce_op(self) -> str | None:
         return self.members[0].reduce_op
+
+
+@dataclasses.dataclass(frozen=True)
+class Alone:
+    """A collective the plan leaves as it was, and why. `bucket`: the bucket of
+    its own it is issued as (prefetched like one), or None where it is not
+    planned at all."""
+
+    collective: Collective
+    reason: str
+    bucket: Bucket | None = None
+    # It opened a bucket no other collective joined (rather than being kept out of every bucket).
+    unjoined: bool = False
+
+
+@dataclasses.dataclass
+class Planned:
+    """The plan, complete: what the rewrite emits and where it places it."""
+
+    buckets: list[Bucket]  # merged, in order of their first member
+    alone: list[Alone]  # every collective left as it was, in report order
+    whens: dict[fx.Node, When]  # per collective node
+    timeline: Timeline  # of the graph as planned, before any rewrite
+    issue_at: dict[int, int]  # per bucket moved (by id): the position it is issued before
+    issue_order: list[list[fx.Node]]  # every collective in issue units, in the order each group issues
+    extra_peak_bytes: dict[int, int]  # per merged bucket (by id): the most it adds to live bytes
+
+    def issued(self) -> list[Bucket]:
+        """Every bucket the issue order places, those of a collective left alone included."""
+        return self.buckets + [a.bucket for a in self.alone if a.bucket is not None]

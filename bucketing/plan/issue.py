@@ -1,0 +1,160 @@
+"""When each bucket is issued, and in what order each process group issues.
+
+Two decisions, made once per graph on the timeline taken before the rewrite:
+
+- **Issue positions** (`issue_positions`): a merged bucket is issued as early
+  as its inputs allow, but not before the bucket `Prefetch.depth` before it of
+  its kind and group is first used: each bucket is prefetched while the one
+  before it is used (FSDP's forward prefetch). A policy may prefetch deeper,
+  eagerly, and ask for an earlier position (its `lead`).
+- **One issue order per process group that every rank agrees on**
+  (`units_in_order`). Ranks may compile graphs that differ between
+  their collectives: a rank whose shard of an unevenly sharded parameter is
+  empty pads it, so node positions differ from rank to rank. A schedule by
+  position could then issue two buckets of one process group in one order on
+  one rank and in the other order on another, and the collectives would
+  mismatch (gloo aborts: "Received data size doesn't match expected size").
+  The order here is a topological order of the issue units (merged buckets
+  and every other collective) by which collectives read which results; among
+  units free to go, the one planned to issue after the least compute first
+  (the FLOPs before its issue position: padding nodes add none, so every rank
+  counts the same), then the collectives the graph waits on the result of
+  (prefetches), then by the unit's first collective in graph order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections import defaultdict
+from collections.abc import Callable
+
+import torch.fx as fx
+
+from ..collectives import BY_TARGET, group_of
+from .records import Bucket, When
+from .timeline import Timeline
+
+
+@dataclasses.dataclass(frozen=True)
+class Prefetch:
+    """How far ahead buckets are issued.
+
+    `depth`: a bucket is issued once the bucket `depth` before it in its kind
+    and group is first used (1: prefetched while the previous one is used, at
+    most two in flight, FSDP's forward prefetch); members copied out apart
+    count as a bucket of their own, used where they are. `eager`: the first bucket of
+    each kind and group goes as soon as its inputs exist, and a collective left
+    alone is prefetched like a bucket; otherwise they issue where they are."""
+
+    depth: int = 1
+    eager: bool = False
+
+
+def issue_positions(buckets: list[Bucket], whens: dict, prefetch: Prefetch = Prefetch(),
+                    lead: Callable[[Bucket], int | None] | None = None) -> dict[int, int]:
+    """Per bucket (by id) that `prefetch` moves: the position, before the rewrite, it is issued before.
+
+    As early as its inputs allow, but not before the bucket `prefetch.depth`
+    before it of its kind and group is first used, unless `lead` (the
+    policy's) asks for an earlier position.
+    """
+    out: dict[int, int] = {}
+    uses: dict[tuple, list[int]] = defaultdict(list)
+    moved = sorted((b for b in buckets if prefetch.eager or len(b.members) > 1),
+                   key=lambda b: whens[b.members[0].node].position)
+    for b in moved:
+        ws: list[When] = [whens[m.node] for m in b.members]
+        first = min(w.position for w in ws)
+        ready = max(w.ready for w in ws) + 1
+        previous = uses[(b.kind, b.group_name)]
+        if len(previous) >= prefetch.depth:
+            gate = previous[-prefetch.depth]
+        else:
+            gate = ready if prefetch.eager else first
+        at = lead(b) if lead is not None else None
+        if at is not None:
+            gate = min(gate, at)
+        out[id(b)] = max(ready, min(first, gate))
+        # Where its result is used and freed. Members copied out apart keep the
+        # place in the prefetch depth they would have alone, so joining a bucket
+        # does not bring a later bucket's issue forward.
+        apart = [w.first_use for m, w in zip(b.members, ws) if m.node in b.apart]
+        if apart:
+            previous.append(min(apart))
+        previous.append(b.copied_out_at(whens))
+    return out
+
+
+def units_in_order(timeline: Timeline, buckets: list[Bucket], issue_at: dict[int, int]) -> list[list[fx.Node]]:
+    """Every collective of `graph` in issue units (a bucket's members together,
+    in graph order; any other collective alone), in the order above.
+    `issue_at`: issue_positions' answer; a unit without one issues where its first collective is."""
+    positions = timeline.position
+    units: list[list[fx.Node]] = []
+    unit_of: dict[fx.Node, int] = {}
+    for b in buckets:
+        for m in b.members:
+            unit_of[m.node] = len(units)
+        units.append([m.node for m in b.members])
+    issued_at = [issue_at.get(id(b)) for b in buckets]
+    for node in timeline.nodes:
+        if node not in unit_of and group_of(node) is not None:
+            unit_of[node] = len(units)
+            units.append([node])
+            issued_at.append(None)
+    for members in units:
+        members.sort(key=positions.__getitem__)
+    # The compute planned before each unit's issue.
+    flops = [timeline.flops_before[positions[members[0]] if at is None else at]
+             for members, at in zip(units, issued_at)]
+
+    # Per node, the units whose results it reads (a bitmask); per unit, those
+    # its members' inputs read.
+    reads = [0] * len(units)
+    masks: dict[fx.Node, int] = {}
+    for node in timeline.nodes:
+        mask = 0
+        for inp in node.all_input_nodes:
+            mask |= masks.get(inp, 0)
+        u = unit_of.get(node)
+        if u is not None:
+            reads[u] |= mask & ~(1 << u)
+            mask |= 1 << u
+        if mask:
+            masks[node] = mask
+
+    readers: list[list[int]] = [[] for _ in units]
+    waiting = [0] * len(units)
+    for u, mask in enumerate(reads):
+        while mask:
+            low = mask & -mask
+            readers[low.bit_length() - 1].append(u)
+            waiting[u] += 1
+            mask ^= low
+    # Among units free to go, the one planned after the least compute: a
+    # group's queue runs in the order the timeline needs its collectives (a
+    # backward all-gather free from the start must not hold every gradient's
+    # reduction back to the end). At equal compute, prefetches first: one
+    # must not queue behind a reduction whose first member came earlier in
+    # the graph but which is issued once its last gradient exists.
+    def key(u: int) -> tuple[float, int, int]:
+        first = units[u][0]
+        kind = BY_TARGET.get(first.target)
+        return (flops[u], 0 if kind is not None and kind.needed_at_first_use else 1, positions[first])
+
+    ready = [(key(u), u) for u in range(len(units)) if not waiting[u]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, u = heapq.heappop(ready)
+        order.append(units[u])
+        for r in readers[u]:
+            waiting[r] -= 1
+            if not waiting[r]:
+                heapq.heappush(ready, (key(r), r))
+    if len(order) != len(units):
+        raise RuntimeError("bucketing: the planned buckets depend on each other in a cycle (planning bug)")
+    return order
+
+
