@@ -74,7 +74,7 @@ class BucketingOptions:
     # (e.g. ("TransformerBlock",)); None: the outermost indexed module.
     block_classes: tuple[str, ...] | None = None
     # How many consecutive blocks of one process group share a bucket under
-    # policy="module". None: from torch's estimates on CUDA (costs.py), the
+    # policy="module". None: from torch's estimates on CUDA (plan/estimates.py), the
     # fewest whose collectives fit within their compute time, so the
     # prefetch of the next bucket hides behind this one's; one block where
     # torch has no estimates (the CPU).

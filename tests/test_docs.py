@@ -283,8 +283,8 @@ def test_design_module_map_lists_every_module_of_the_pass():
     blocks = [b for b in re.findall(r"```\n(.*?)```", _text("docs/design.md"), re.S)
               if re.search(r"^\s*core\.py\s", b, re.M)]
     assert len(blocks) == 1, "docs/design.md should hold one module map (a code block listing core.py ...)"
-    mapped = re.findall(r"^\s*(\w+\.py)\s", blocks[0], re.M)
-    modules = sorted(p.name for p in (ROOT / "bucketing").glob("*.py"))
+    mapped = re.findall(r"^\s*([\w/]+\.py)\s", blocks[0], re.M)
+    modules = sorted(p.relative_to(ROOT / "bucketing").as_posix() for p in (ROOT / "bucketing").rglob("*.py"))
     assert len(mapped) == len(set(mapped)), f"module map names a module twice: {mapped}"
     assert sorted(mapped) == modules, (
         f"docs/design.md module map: missing {sorted(set(modules) - set(mapped))}, "

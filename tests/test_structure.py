@@ -134,3 +134,45 @@ def test_reported_positions_are_positions_in_the_bucketed_graph(group_name):
     first_user = nodes[b.first_use]
     assert first_user.target in (torch.ops.aten.add.Tensor, torch.ops.aten.mul.Tensor), first_user.format_node()
     assert "(positions in the bucketed graph)" in bc.explain(bc.Plan([b], []))
+
+
+def test_no_module_over_400_lines_and_no_function_over_60():
+    """The pass reads top-down in small pieces: a module holds one concept, a function one step."""
+    long_modules, long_functions = [], []
+    for module, path in _sources().items():
+        source = open(path).read()
+        if source.count("\n") > 400:
+            long_modules.append(module)
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                long_functions.append(f"{module}.{node.name}")
+    assert (long_modules, long_functions) == ([], [])
+
+
+def _names(path: str) -> set[str]:
+    """Every identifier a module uses or imports (not its comments or strings)."""
+    out = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Name):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+        elif isinstance(node, (ast.ImportFrom, ast.Import)):
+            out.update(a.asname or a.name for a in node.names)
+            out.update((node.module or "").split(".") if isinstance(node, ast.ImportFrom) else ())
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.arg)):
+            out.add(getattr(node, "name", None) or node.arg)
+    return out
+
+
+def test_torch_estimates_are_the_estimate_policys_alone():
+    """Device estimates reach no module but the estimate policy (and the estimates
+    themselves); members copied out ahead are its idea, the rest of the pass
+    knows them as members set apart."""
+    sources = _sources()
+    estimating = {"plan.estimates", "plan.costs"}
+    uses_costs = {m for m, p in sources.items() if {"costs", "DeviceCosts", "device_costs"} & _names(p)}
+    uses_ahead = {m for m, p in sources.items() if any("ahead" in n for n in _names(p))}
+    assert uses_costs <= estimating, uses_costs
+    assert uses_ahead <= {"plan.estimates"}, uses_ahead
+    assert "plan.estimates" in uses_costs and "plan.estimates" in uses_ahead

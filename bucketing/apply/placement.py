@@ -112,6 +112,26 @@ def reorder(
 ) -> None:
     """Move nodes into the stable topological order described above."""
     nodes = list(graph.nodes)
+    priority = _priorities(nodes, timeline, issue_priority, fallback_priority)
+    successors, indegree = _edges(nodes, timeline, issue_segment, issue_chains)
+    tiebreak = {node: i for i, node in enumerate(nodes)}
+    ready = [(priority[n], tiebreak[n], n) for n in nodes if indegree[n] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, _, node = heapq.heappop(ready)
+        order.append(node)
+        for succ in successors[node]:
+            indegree[succ] -= 1
+            if indegree[succ] == 0:
+                heapq.heappush(ready, (priority[succ], tiebreak[succ], succ))
+    if len(order) != len(nodes):
+        raise RuntimeError("bucketing: rewritten graph has a cycle (planning bug)")
+    move_into(graph, order)
+
+
+def _priorities(nodes: list[fx.Node], timeline: Timeline, issue_priority: dict[fx.Node, Priority],
+                fallback_priority: dict[fx.Node, Priority]) -> dict[fx.Node, Priority]:
     priority: dict[fx.Node, Priority] = {}
     new_nodes = []
     for node in nodes:
@@ -139,7 +159,13 @@ def reorder(
             first = min(priority[u] for u in node.users)
             if first > priority[node]:
                 priority[node] = (first[0], first[1] - 1, first[2])
+    return priority
 
+
+def _edges(nodes: list[fx.Node], timeline: Timeline, issue_segment: dict[fx.Node, int],
+           issue_chains: list[list[fx.Node]]) -> tuple[dict[fx.Node, list[fx.Node]], dict[fx.Node, int]]:
+    """(successors, indegree): data edges, the order a copy-out's in-place fill
+    implies, each group's issue chain, the seeded nodes' order, and barrier segments."""
     successors: dict[fx.Node, list[fx.Node]] = defaultdict(list)
     indegree = dict.fromkeys(nodes, 0)
 
@@ -160,35 +186,16 @@ def reorder(
     for a, b in zip(seeded, seeded[1:]):
         edge(a, b)
     barriers = [b for b in timeline.barriers if b in indegree]
-    if barriers:
-        barrier_index = {b: i for i, b in enumerate(barriers)}
-        for node in nodes:
-            seg = issue_segment.get(node, timeline.segment.get(node))
-            if seg is None:
-                continue
-            if node in barrier_index:
-                if seg > 0:
-                    edge(barriers[seg - 1], node)
-                continue
-            if seg > 0:
-                edge(barriers[seg - 1], node)
-            if seg < len(barriers):
-                edge(node, barriers[seg])
-
-    tiebreak = {node: i for i, node in enumerate(nodes)}
-    ready = [(priority[n], tiebreak[n], n) for n in nodes if indegree[n] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, _, node = heapq.heappop(ready)
-        order.append(node)
-        for succ in successors[node]:
-            indegree[succ] -= 1
-            if indegree[succ] == 0:
-                heapq.heappush(ready, (priority[succ], tiebreak[succ], succ))
-    if len(order) != len(nodes):
-        raise RuntimeError("bucketing: rewritten graph has a cycle (planning bug)")
-    move_into(graph, order)
+    barrier_index = {b: i for i, b in enumerate(barriers)}
+    for node in nodes if barriers else ():
+        seg = issue_segment.get(node, timeline.segment.get(node))
+        if seg is None:
+            continue
+        if seg > 0:
+            edge(barriers[seg - 1], node)
+        if node not in barrier_index and seg < len(barriers):
+            edge(node, barriers[seg])
+    return successors, indegree
 
 
 def move_into(graph: fx.Graph, order: list[fx.Node]) -> None:

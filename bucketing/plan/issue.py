@@ -38,7 +38,7 @@ from .timeline import Timeline
 
 @dataclasses.dataclass(frozen=True)
 class Prefetch:
-    """How far ahead buckets are issued.
+    """How early buckets are issued.
 
     `depth`: a bucket is issued once the bucket `depth` before it in its kind
     and group is first used (1: prefetched while the previous one is used, at
@@ -109,29 +109,6 @@ def units_in_order(timeline: Timeline, buckets: list[Bucket], issue_at: dict[int
     flops = [timeline.flops_before[positions[members[0]] if at is None else at]
              for members, at in zip(units, issued_at)]
 
-    # Per node, the units whose results it reads (a bitmask); per unit, those
-    # its members' inputs read.
-    reads = [0] * len(units)
-    masks: dict[fx.Node, int] = {}
-    for node in timeline.nodes:
-        mask = 0
-        for inp in node.all_input_nodes:
-            mask |= masks.get(inp, 0)
-        u = unit_of.get(node)
-        if u is not None:
-            reads[u] |= mask & ~(1 << u)
-            mask |= 1 << u
-        if mask:
-            masks[node] = mask
-
-    readers: list[list[int]] = [[] for _ in units]
-    waiting = [0] * len(units)
-    for u, mask in enumerate(reads):
-        while mask:
-            low = mask & -mask
-            readers[low.bit_length() - 1].append(u)
-            waiting[u] += 1
-            mask ^= low
     # Among units free to go, the one planned after the least compute: a
     # group's queue runs in the order the timeline needs its collectives (a
     # backward all-gather free from the start must not hold every gradient's
@@ -143,18 +120,47 @@ def units_in_order(timeline: Timeline, buckets: list[Bucket], issue_at: dict[int
         kind = BY_TARGET.get(first.target)
         return (flops[u], 0 if kind is not None and kind.needed_at_first_use else 1, positions[first])
 
-    ready = [(key(u), u) for u in range(len(units)) if not waiting[u]]
+    order = _topological(_reads(timeline, unit_of, len(units)), key)
+    return [units[u] for u in order]
+
+
+def _reads(timeline: Timeline, unit_of: dict[fx.Node, int], count: int) -> list[int]:
+    """Per unit, the units its members' inputs read (a bitmask), through any node."""
+    reads = [0] * count
+    masks: dict[fx.Node, int] = {}
+    for node in timeline.nodes:
+        mask = 0
+        for inp in node.all_input_nodes:
+            mask |= masks.get(inp, 0)
+        u = unit_of.get(node)
+        if u is not None:
+            reads[u] |= mask & ~(1 << u)
+            mask |= 1 << u
+        if mask:
+            masks[node] = mask
+    return reads
+
+
+def _topological(reads: list[int], key: Callable[[int], tuple]) -> list[int]:
+    """The units in a topological order of `reads`, the least `key` first among those free to go."""
+    readers: list[list[int]] = [[] for _ in reads]
+    waiting = [0] * len(reads)
+    for u, mask in enumerate(reads):
+        while mask:
+            low = mask & -mask
+            readers[low.bit_length() - 1].append(u)
+            waiting[u] += 1
+            mask ^= low
+    ready = [(key(u), u) for u in range(len(reads)) if not waiting[u]]
     heapq.heapify(ready)
     order = []
     while ready:
         _, u = heapq.heappop(ready)
-        order.append(units[u])
+        order.append(u)
         for r in readers[u]:
             waiting[r] -= 1
             if not waiting[r]:
                 heapq.heappush(ready, (key(r), r))
-    if len(order) != len(units):
+    if len(order) != len(reads):
         raise RuntimeError("bucketing: the planned buckets depend on each other in a cycle (planning bug)")
     return order
-
-

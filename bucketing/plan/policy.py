@@ -21,7 +21,7 @@ rest. This one plans by counts and FLOPs, the same on every device:
   that same amount.
 - **Memory.** Buckets that raise the estimated peak beyond the budget (one
   bucket cap, or `memory_budget_mb`) are halved where the peak is (memory.py).
-- **Issue.** One bucket prefetched ahead (issue.py).
+- **Issue.** Each bucket prefetched while the one before it is used (issue.py).
 - `exact_reductions` leaves out every reduction over more than 2 ranks.
 
 `plan.make_policy` picks the policy once per graph: with torch's estimates of
