@@ -52,13 +52,13 @@ class BucketingOptions:
     # "packed": one op packs each run of same-dtype members densely; members
     # are contiguous slices of it (no per-member allocation or wrapper output).
     # Consumers read dense tensors as unbucketed, but consumers of different
-    # members share an input buffer, which Inductor may fuse into one kernel:
-    # bit-identical on the Transformer and the Llama and the catalog's packed
-    # case, not by construction.
+    # members share an input buffer, which Inductor may fuse into one kernel
+    # that changes a summation order: bit-identical only where it does not,
+    # not by construction.
     copy_out: str = "copy"
     # Where copy_out="copy" becomes Inductor kernels (lowering.py) rather than
-    # our op: "gpu" (default): on any device but the CPU (Triton: one foreach
-    # kernel per ~125 members); the CPU keeps the op, one call per bucket,
+    # our op: "gpu" (default): on any device but the CPU (Triton: foreach
+    # kernels, a bucket's copies in few launches); the CPU keeps the op, one call per bucket,
     # where one C++ loop per member would cost more to compile than it saves.
     # "always", "never". Results are bit-identical either way.
     lower_copy_out: str = "gpu"
@@ -94,8 +94,9 @@ class BucketingOptions:
     memory_budget_mb: float | None = None
     # Merge all-reduces and reduce-scatters only where the merged result is
     # bit-identical to the separate ones for the collective's group size: a
-    # sum of 2 values is the same in any order, so today groups of at most 2
-    # (docs/design.md, "What stays the same"). All-gathers merge as before.
+    # sum of 2 values is the same in any order, so groups of at most 2
+    # (docs/design.md, "What stays the same"). All-gathers move bytes and merge
+    # whatever the group.
     exact_reductions: bool = False
     # Gather each all-gather bucket in place: the copy-in writes this rank's slot
     # of the gathered buffer, which the collective fills around it, as torch's
@@ -179,29 +180,15 @@ class BucketingOptions:
         return bool(inductor_config.reorder_for_compute_comm_overlap)
 
     def fingerprint(self) -> str:
-        """A stable text that changes with any option (a callable cap by its code)."""
-        cap = self.bucket_cap_mb
-        cap_text = _callable_fingerprint(cap) if callable(cap) else repr(float(cap))
-        fields = (
-            self.collectives,
-            self.multidtype,
-            cap_text,
-            self.max_bucket_count,
-            self.alignment_bytes,
-            self.fuse_casts,
-            self.verify_plan_across_ranks,
-            self.policy,
-            self.locality_flops,
-            self.memory_budget_mb,
-            self.copy_out,
-            self.lower_copy_out,
-            self.block_classes,
-            self.module_buckets,
-            self.exact_reductions,
-            self.blocks_per_bucket,
-            self.gather_in_place,
-        )
-        return repr(fields)
+        """A stable text that changes with any option, every field by its name
+        (a callable cap by its code): a field added later is in it too."""
+        parts = []
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "bucket_cap_mb":
+                value = _callable_fingerprint(value) if callable(value) else repr(float(value))
+            parts.append(f"{field.name}={value!r}")
+        return "|".join(parts)
 
 
 def _check_optional_number(name: str, value: object) -> None:

@@ -423,7 +423,3 @@ def resolve(adapter) -> PassAdapter:
         return PassAdapter(name=name, expectations=SEMANTICS_ONLY, apply_fx=adapter)
     raise ValueError(f"adapter must be a name, 'module:object', a PassAdapter or a callable, got {adapter!r}")
 
-
-def load_many(specs: str) -> list[PassAdapter]:
-    """`--bucketing-pass=project,torch,pkg.mod:adapter`: one adapter per comma-separated spec."""
-    return [load(spec.strip()) for spec in specs.split(",") if spec.strip()]

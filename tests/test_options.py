@@ -135,3 +135,22 @@ def test_the_tested_releases_are_the_ones_nox_runs():
     (releases,) = [ast.literal_eval(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
                    and getattr(n.targets[0], "id", "") == "TORCH_RELEASES"]
     assert sorted(".".join(r.split(".")[:2]) for r in releases) == sorted(bucketing.TESTED_TORCH_RELEASES)
+
+
+def test_the_fingerprint_covers_every_field_even_one_added_later():
+    """The cache key is derived from the options' fields: a new field cannot be left out of it."""
+    import dataclasses
+
+    from bucketing.options import BucketingOptions
+
+    base = BucketingOptions()
+    for field in dataclasses.fields(BucketingOptions):
+        assert f"{field.name}=" in base.fingerprint(), field.name
+    Extended = dataclasses.make_dataclass("Extended", [("new_knob", int, dataclasses.field(default=0))],
+                                          bases=(BucketingOptions,), frozen=True)
+    assert Extended(new_knob=1).fingerprint() != Extended(new_knob=2).fingerprint()
+    assert Extended().fingerprint() != base.fingerprint()
+    changed = {"exact_reductions": True, "gather_in_place": True, "copy_out": "packed", "lower_copy_out": "never",
+               "block_classes": ("Block",), "module_buckets": [["layers.0"]], "blocks_per_bucket": 2}
+    prints = {BucketingOptions(**{name: value}).fingerprint() for name, value in changed.items()}
+    assert len(prints | {base.fingerprint()}) == len(changed) + 1
