@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import logging
 import pathlib
 import time
@@ -49,10 +50,19 @@ def explain(plan_or_gm, **options) -> str:
 
 def _apply(graph: fx.Graph, opts: BucketingOptions) -> Plan:
     lowering.install()
+    # The pass makes objects per node and drops few: the collector's passes
+    # over the caller's heap (a whole compile's) would find nothing to free,
+    # and their cost grows with the graph.
+    collecting = gc.isenabled()
+    gc.disable()
     # Metadata of new nodes comes from the graph's own fake mode; a mode the
     # caller has active would route every meta computation through its dispatch.
-    with unset_fake_temporarily():
-        plan = _plan_and_rewrite(graph, opts)
+    try:
+        with unset_fake_temporarily():
+            plan = _plan_and_rewrite(graph, opts)
+    finally:
+        if collecting:
+            gc.enable()
     report.publish(plan)
     return plan
 

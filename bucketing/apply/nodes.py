@@ -13,8 +13,9 @@ import operator
 
 import torch
 import torch.fx as fx
-from torch._subclasses.fake_tensor import FakeTensorMode, maybe_get_fake_mode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, maybe_get_fake_mode
 
+from .. import ops
 from ..plan.records import Bucket
 
 aten = torch.ops.aten
@@ -83,6 +84,16 @@ class MetaEvaluator:
             # A dense copy: only shape and dtype matter (same shortcut as views).
             src = self._meta(args[0])
             self._set_meta(node, torch.empty(src.shape, dtype=src.dtype, device="meta"), args[0])
+        elif target is aten.new_empty.default:
+            # A member's allocation (copy_out="into"): one per member, so no fake dispatch.
+            src = self._meta(args[0])
+            self._set_meta(node, torch.empty(args[1], dtype=kwargs.get("dtype", src.dtype), device="meta"), args[0])
+        elif getattr(target, "namespace", None) == ops.NAMESPACE:
+            # Our copy ops' values follow from their arguments' metadata (ops.py's
+            # fake kernels, which serve meta tensors too): a copy-in reads every
+            # member, which fake dispatch would hash for its cache.
+            meta_out = target(*fx.node.map_arg(args, self._meta), **kwargs)
+            node.meta["val"] = self._fake(meta_out, self.val(node.all_input_nodes[0]).device)
         elif target in VIEW_OPS:
             # Shape-only ops run on plain meta tensors, skipping fake dispatch and
             # its cache (about 20x cheaper; the per-member copy-out is most of
@@ -101,8 +112,18 @@ class MetaEvaluator:
 
     def _set_meta(self, node: fx.Node, meta_out: torch.Tensor, source: fx.Node) -> None:
         self._meta_of[node] = meta_out
-        device = self.val(source).device
-        node.meta["val"] = self.mode.fake_tensor_converter.from_meta_and_device(self.mode, meta_out, device)
+        node.meta["val"] = self._fake(meta_out, self.val(source).device)
+
+    def _fake(self, meta_out, device: torch.device):
+        """The fake value on `device` of a meta tensor (or of a list of them; None stays None)."""
+        if isinstance(meta_out, (list, tuple)):
+            return [self._fake(t, device) for t in meta_out]
+        if meta_out is None:
+            return None
+        # What the converter's from_meta_and_device makes, without its memo: each
+        # meta tensor here is converted once, and the memo's weak reference is
+        # most of the cost per member.
+        return FakeTensor(self.mode, meta_out, device)
 
     def _meta(self, node: fx.Node) -> torch.Tensor:
         meta = self._meta_of.get(node)
