@@ -26,8 +26,6 @@ from collections.abc import Callable
 import torch
 import torch.fx as fx
 
-from bucketing.plan.costs import runs_no_kernel
-
 WAIT = torch.ops._c10d_functional.wait_tensor.default
 _COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional")
 
@@ -103,12 +101,47 @@ def is_view(node: fx.Node) -> bool:
         return False
 
 
+# The allocations Inductor lowers to no kernel: each becomes `empty_strided`,
+# whose lowering zeroes the buffer's ranges so the scheduler makes it a
+# NopKernelSchedulerNode (torch/_inductor/lowering.py). `full`, `zeros` and
+# `ones` are not among them: their lowering is a pointwise fill.
+_ALLOCATIONS = frozenset({"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided"})
+
+
+def is_allocation(node: fx.Node) -> bool:
+    """An uninitialised allocation: memory, no kernel."""
+    target = node.target
+    return (node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
+            and target.namespace == "aten" and target._opname in _ALLOCATIONS)
+
+
 def is_free(node: fx.Node) -> bool:
-    """Nodes that run no kernel on the GPU: what the pass's estimates leave out
-    (bucketing.costs.runs_no_kernel: getitem, schema views, allocations,
-    collectives and waits), and the views and legacy collectives the simulator
-    also knows (`_unsafe_view`, `c10d_functional`)."""
-    return runs_no_kernel(node) or is_view(node) or is_collective(node)
+    """Nodes that put no kernel on the compute stream, and why each is free:
+
+    - anything but a `call_function` (placeholders, the output, `get_attr`):
+      graph inputs and results exist already; nothing runs.
+    - `operator.getitem`: picks one result of a multi-output node; the
+      producing node is what runs (and is charged).
+    - views (`is_view`: torch's view ops, and any op whose every return
+      aliases an input without writing it): new sizes and strides over the
+      same memory, which Inductor folds into the indexing of whatever reads them.
+      `aten.reshape` is one: its schema says it aliases, and in a post-grad
+      graph it is a renamed `view` (Inductor's `view_to_reshape`).
+    - uninitialised allocations (`is_allocation`): an allocator call, no kernel.
+    - collectives and their waits (`_c10d_functional`, `c10d_functional`):
+      they run on their group's stream, which the communication model times;
+      a wait holds the compute stream until its collective ends (`run_graph`).
+
+    Everything else runs a kernel, including the copies a bucketing pass adds
+    around its collectives (`bucketing_ops` and the like): those are the costs
+    the simulator exists to count. (`bucketing_ops.verify_plan` is a host-side
+    check with no tensor to move: the roofline's fallback gives it 0 ms, plus
+    the launch every added node is charged.)"""
+    if node.op != "call_function":
+        return True
+    if node.target is operator.getitem:
+        return True
+    return is_collective(node) or is_wait(node) or is_view(node) or is_allocation(node)
 
 
 @dataclasses.dataclass
