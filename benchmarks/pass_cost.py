@@ -1,7 +1,10 @@
 """Pass cost on synthetic graphs of N collectives: ours vs torch's built-in pass.
 
+    python -m benchmarks.pass_cost
+
 Each measurement runs in a fresh subprocess (a fake process group of 8), timing
-the pass alone; torch's pass runs on even sizes (it crashes on odd mixed-dtype
+the pass alone, beside a 3-million-addition CPython loop timed in the same run
+(the machine's speed, to read the seconds by); torch's pass runs on even sizes (it crashes on odd mixed-dtype
 buckets) and is stopped past the time limit.
 """
 
@@ -108,7 +111,29 @@ def ambient_fake_ratio(n: int = 1600, repeats: int = 3) -> tuple[float, float]:
     return statistics.median(plain), statistics.median(ambient)
 
 
+def loop_seconds() -> float:
+    """A 3-million-addition CPython loop: what this machine's Python does in a second, to read the pass time by."""
+    start = time.perf_counter()
+    total = 0
+    for i in range(3_000_000):
+        total += i
+    return time.perf_counter() - start
+
+
+def growth(n: int = 1600, factor: int = 4, repeats: int = 3) -> tuple[float, float, float]:
+    """Median pass seconds at `n` and `factor * n` all-gathers, in turns, and the loop's beside them."""
+    small, large, loops = [], [], []
+    for _ in range(repeats):
+        loops.append(loop_seconds())
+        small.append(measure("ours", "all_gather", n, 600))
+        large.append(measure("ours", "all_gather", factor * n, 600))
+    return statistics.median(small), statistics.median(large), statistics.median(loops)
+
+
 if __name__ == "__main__":
+    small_s, large_s, loop_s = growth()
+    print(f"pass at 1600 all-gathers: {small_s:.3f}s ({small_s / loop_s:.2f}x the 3M-addition loop, {loop_s:.3f}s); "
+          f"at 6400: {large_s:.3f}s ({large_s / small_s:.2f}x 1600's)")
     plain_s, ambient_s = ambient_fake_ratio()
     print(f"pass at 1600 all-gathers: {plain_s:.3f}s, under an ambient FakeTensorMode {ambient_s:.3f}s "
           f"({ambient_s / plain_s:.2f}x)")
