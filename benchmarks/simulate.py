@@ -142,16 +142,58 @@ def _signature(node: fx.Node):
     return node.target, layout(node.args), layout(node.kwargs), layout(node.meta.get("val"))
 
 
+COMM_MODELS = ("torch", "measured")
+
+
+def group_layout(group: str) -> tuple[int, int]:
+    """(ranks, ranks per node) of process group `group`, its ranks placed in nodes of
+    `sim_trace.GPUS_PER_NODE` consecutive ranks (an HSDP replica group has one rank
+    per node when the shard group fills a node)."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    return ranks_layout(dist.get_process_group_ranks(_resolve_process_group(group)))
+
+
+def ranks_layout(ranks: list[int], per_node: int = sim_trace.GPUS_PER_NODE) -> tuple[int, int]:
+    """(ranks, ranks per node) of a group of global ranks, nodes holding `per_node` consecutive ranks."""
+    nodes = {r // per_node for r in ranks}
+    return len(ranks), max(1, len(ranks) // max(1, len(nodes)))
+
+
+def collective_bytes(node: fx.Node) -> int:
+    """A collective's larger side: an all-gather's output, a reduction's input."""
+    inputs = [a.meta.get("val") for a in node.all_input_nodes]
+    return max(tl.tensor_bytes(node.meta.get("val")), sum(tl.tensor_bytes(v) for v in inputs))
+
+
 @dataclasses.dataclass
 class Estimator:
-    """torch's estimates for nodes of graphs on GPU `gpu`, cached by signature
+    """The simulated durations of nodes of graphs on GPU `gpu`, cached by signature
     (a model's layers repeat). `added`: names of nodes a pass added, charged a launch
-    per kernel besides their bytes."""
+    per kernel besides their bytes.
+
+    `comm_model`: "torch" (torch's NCCL model) or "measured" (published nccl-tests bus
+    bandwidths by message size, group size and node count: benchmarks/comm_published.py).
+    `compute_efficiency`: the fraction of torch's roofline speed the compute reaches
+    (1: the roofline; a measured stack's MFU / the roofline's)."""
 
     gpu: sim_trace.Gpu
+    comm_model: str = "torch"
+    compute_efficiency: float = 1.0
     cache: dict = dataclasses.field(default_factory=dict)
     failures: dict = dataclasses.field(default_factory=dict)
     added: frozenset = frozenset()
+
+    def __post_init__(self):
+        if self.comm_model not in COMM_MODELS:
+            raise ValueError(f"--comm-model: {self.comm_model!r} is not one of {COMM_MODELS}")
+        if not 0 < self.compute_efficiency <= 1:
+            raise ValueError(f"--compute-efficiency: expected a fraction in (0, 1], got {self.compute_efficiency}")
+
+    def with_models(self, comm_model: str, compute_efficiency: float) -> Estimator:
+        """This estimator under other models, sharing its cache (keyed by comm model)."""
+        return dataclasses.replace(self, comm_model=comm_model, compute_efficiency=compute_efficiency)
 
     def for_pass(self, added) -> Estimator:
         return dataclasses.replace(self, added=frozenset(added))
@@ -166,6 +208,7 @@ class Estimator:
         if ms is None:
             ms = self._roofline(node)
             self.cache[key] = ms
+        ms /= self.compute_efficiency
         if node.name in self.added:
             ms += self.launches(node) * LAUNCH_US / 1e3
         return ms
@@ -200,13 +243,20 @@ class Estimator:
     def comm_ms(self, node: fx.Node) -> float:
         from torch._inductor.comm_analysis import estimate_nccl_collective_runtime_from_fx_node
 
-        key = ("comm", _signature(node))
+        key = ("comm", self.comm_model, _signature(node))
         ms = self.cache.get(key)
         if ms is None:
             try:
-                ms = float(estimate_nccl_collective_runtime_from_fx_node(node, use_nccl_estimator=False))
+                if self.comm_model == "measured":
+                    from . import comm_published
+
+                    ranks, per_node = group_layout(tl.group_of(node))
+                    ms = comm_published.collective_ms(tl.collective_kind(node), collective_bytes(node), ranks,
+                                                      self.gpu.key, per_node)
+                else:
+                    ms = float(estimate_nccl_collective_runtime_from_fx_node(node, use_nccl_estimator=False))
             except Exception as e:
-                self._fail("nccl", node, e)
+                self._fail(self.comm_model, node, e)
                 ms = 0.0
             self.cache[key] = ms
         return ms
@@ -294,7 +344,8 @@ def simulate_world(traced: sim_trace.Traced, gpu: sim_trace.Gpu, passes: list[st
 
 
 def simulate(model: str, world_sizes: list[int], gpu: str = "h200", passes=DEFAULT_PASSES, layers: int | None = None,
-             seq: int = 8192, batch: int = 1, mesh: tuple[int, int] | None = None, log=None) -> list[WorldResult]:
+             seq: int = 8192, batch: int = 1, mesh: tuple[int, int] | None = None, log=None,
+             comm_model: str = "torch", compute_efficiency: float = 1.0) -> list[WorldResult]:
     """Trace `model` once per world size and play every pass's step. Unknown names raise
     ValueError naming the parameter."""
     sim_trace.check_model(model)
@@ -310,6 +361,7 @@ def simulate(model: str, world_sizes: list[int], gpu: str = "h200", passes=DEFAU
             raise ValueError(f"--mesh: {mesh[0]}x{mesh[1]} is {mesh[0] * mesh[1]} ranks, not {bad}")
     if seq < 1 or batch < 1:
         raise ValueError("--seq and --batch must be positive")
+    Estimator(g, comm_model, compute_efficiency)  # checks the models' names
     check_torch()
     out = []
     for n in world_sizes:
@@ -318,7 +370,7 @@ def simulate(model: str, world_sizes: list[int], gpu: str = "h200", passes=DEFAU
         traced = sim_trace.trace(program, g)
         if log:
             log(f"world {n}: traced in {traced.seconds:.1f} s")
-        estimator = Estimator(g)
+        estimator = Estimator(g, comm_model, compute_efficiency)
         results = simulate_world(traced, g, passes, estimator, log)
         out.append(WorldResult(n, traced, results, estimator, traced.seconds, time.perf_counter() - start,
                                _group_sizes(results)))
@@ -479,6 +531,10 @@ def main(argv=None) -> int:
     parser.add_argument("--seq", type=int, default=8192, help="tokens per sequence")
     parser.add_argument("--batch", type=int, default=1, help="sequences per rank")
     parser.add_argument("--mesh", help="RxS: HSDP, R replicas of S shards (R x S = the world size)")
+    parser.add_argument("--comm-model", default="torch", choices=COMM_MODELS,
+                        help="collective durations: torch's NCCL model, or published nccl-tests bus bandwidths")
+    parser.add_argument("--compute-efficiency", type=float, default=1.0, metavar="E",
+                        help="the fraction of torch's roofline speed the compute reaches (default 1)")
     parser.add_argument("--json", help="write the rows as a JSON list")
     parser.add_argument("--plot", help="write a PNG of the streams per pass (one per world size: -wN suffix)")
     parser.add_argument("--exposed", type=int, default=0, metavar="K",
@@ -497,7 +553,8 @@ def main(argv=None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     try:
-        worlds = simulate(args.model, args.world_size, args.gpu, passes, args.layers, args.seq, args.batch, mesh, log)
+        worlds = simulate(args.model, args.world_size, args.gpu, passes, args.layers, args.seq, args.batch, mesh, log,
+                          args.comm_model, args.compute_efficiency)
     except ValueError as e:
         parser.error(str(e))
     rows = [p.row(args.model, args.gpu, w.world_size) for w in worlds for p in w.passes]

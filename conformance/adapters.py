@@ -279,7 +279,9 @@ TORCH_MANUAL = PassAdapter(
 def _torch_overlap_apply(gm: fx.GraphModule, **options) -> None:
     """torch's overlap-preserving scheduler with its bucketing on (`schedule_overlap_bucketing`,
     what `aten_distributed_optimizations.collective_bucketing` runs), analytical estimates (no
-    GPU benchmarking). Of the suite's options it honours `bucket_cap_mb` through FSDP pre-bucketing."""
+    GPU benchmarking). Of the suite's options it honours `bucket_cap_mb` through FSDP pre-bucketing;
+    an option named as one of `schedule_overlap_bucketing`'s parameters (`max_in_flight_gb`,
+    `max_compute_pre_fetch`, `bucket_exposed_first`, ...) is passed to it, over these settings."""
     import inspect
 
     import torch
@@ -293,6 +295,7 @@ def _torch_overlap_apply(gm: fx.GraphModule, **options) -> None:
     # and benchmarks or rooflines compute nodes on the GPU: without one, a constant
     # 0.1 ms per compute node (estimates steer its schedule, never the values).
     accepted = inspect.signature(schedule_overlap_bucketing).parameters
+    settings.update({k: v for k, v in options.items() if k in accepted and k != "gm"})
     estimates = contextlib.nullcontext()
     if "compute_estimator" not in accepted and not torch.cuda.is_available():
         from torch._inductor.fx_passes import overlap_scheduling

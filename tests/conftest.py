@@ -15,3 +15,12 @@ def group_name() -> str:
     if not dist.is_initialized():
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD)
     return dist.group.WORLD.group_name
+
+
+@pytest.fixture
+def fake_world():
+    """A fake group's size: the session's if one exists (shared), else 8 ranks, removed after."""
+    created = not dist.is_initialized()
+    yield 8 if created else dist.get_world_size()
+    if created and dist.is_initialized():
+        dist.destroy_process_group()

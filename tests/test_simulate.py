@@ -188,17 +188,6 @@ def test_the_api_raises_naming_the_parameter(kwargs, parameter):
         sim.simulate(world_sizes=[8], **kwargs)
 
 
-@pytest.fixture
-def fake_world():
-    """A fake group's size: the session's if one exists (shared), else 8 ranks, removed after."""
-    import torch.distributed as dist
-
-    created = not dist.is_initialized()
-    yield 8 if created else dist.get_world_size()
-    if created and dist.is_initialized():
-        dist.destroy_process_group()
-
-
 def test_physics_of_a_small_llama3_on_h200(fake_world):
     """llama3-8b's sizes cut to one block at 512 tokens, SimpleFSDP, every default pass."""
     from benchmarks import sim_trace

@@ -1,0 +1,334 @@
+"""The simulated step over a grid: models, GPUs, sequence lengths, world sizes and meshes.
+
+    python -m benchmarks.sweep [--out results/sweep] [--jobs 2] [--grid full|quick]
+        [--comm-models torch,measured] [--compute-efficiency E]
+
+Every pass runs side by side in every cell (benchmarks/simulate.py does one
+cell). A cell is (model, GPU, sequence length, mesh); the grid:
+- models: llama3-8b (32 layers), llama3-70b (its first 8 layers), mixtral-8x7b
+  (its first 4 layers, benchmarks/sim_moe.py), at their real widths;
+- GPUs: a100, h100, h200; sequences of 2,048 and 8,192 tokens, batch 1;
+- meshes: FSDP over 8, 64 and 1,024 ranks; HSDP of 32 and 128 replicas of 8
+  shards (256 and 1,024 ranks).
+
+Each (model, sequence, mesh) is traced once, on the h200 preset, and its graphs
+serve every GPU: the traced graphs do not depend on the GPU (checked by
+`tests/test_sweep.py` on a small llama3). Passes that read no estimate
+(`unbucketed`, `torch`) run once per trace; the others once per GPU. Each
+pass's graphs are played under every comm model (`torch`: torch's NCCL model;
+`measured`: published nccl-tests figures); the passes plan with torch's
+estimates under both, as they would on a real cluster.
+
+torch's overlap scheduler runs at its defaults (`torch-overlap`), as
+torchtitan's graph trainer sets it (`torch-overlap-titan`) and over a small
+search of its knobs (`OVERLAP_SEARCH`); `torch-overlap-best` is, per cell and
+comm model, the setting with the shortest step.
+
+Writes `OUT/cells/<cell>.json` (the rows of every pass and comm model),
+`OUT/sweep.json` (all rows) and `OUT/summary.md` (a table per model and GPU,
+the worst cell per pass, and each cell where the default options miss a
+target, with its numbers), and prints the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import multiprocessing
+import os
+import sys
+import time
+
+TRACE_GPU = "h200"
+GPUS = ("a100", "h100", "h200")
+SEQS = (2048, 8192)
+# model -> layers kept (None: all)
+MODELS = {"llama3-8b": None, "llama3-70b": 8, "mixtral-8x7b": 4}
+# (label, world size, HSDP mesh or None)
+MESHES = (("fsdp-8", 8, None), ("fsdp-64", 64, None), ("fsdp-1024", 1024, None),
+          ("hsdp-32x8", 256, (32, 8)), ("hsdp-128x8", 1024, (128, 8)))
+QUICK = {"models": {"llama3-8b": 2}, "gpus": ("h100",), "seqs": (2048,),
+         "meshes": (("fsdp-64", 64, None), ("hsdp-4x8", 32, (4, 8)))}
+
+# torchtitan's graph trainer, SimpleFSDP: benchmarks/README.md says which release and why these.
+TITAN_OVERLAP = {}
+# A small search over the scheduler's documented knobs; each entry is adapter options.
+OVERLAP_SEARCH = {
+    "defaults": {},
+    "titan": TITAN_OVERLAP,
+}
+GPU_INDEPENDENT = ("unbucketed", "torch")
+PASSES = ("unbucketed", "torch", "project", "project-merge_all")
+CANDIDATE = "project"
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """One trace: a model at a sequence length on a mesh."""
+
+    model: str
+    layers: int | None
+    seq: int
+    mesh_label: str
+    world_size: int
+    mesh: tuple[int, int] | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}-seq{self.seq}-{self.mesh_label}"
+
+
+def grid(kind: str = "full") -> tuple[list[Unit], tuple[str, ...]]:
+    if kind not in ("full", "quick"):
+        raise ValueError(f"--grid: expected 'full' or 'quick', got {kind!r}")
+    spec = QUICK if kind == "quick" else {"models": MODELS, "gpus": GPUS, "seqs": SEQS, "meshes": MESHES}
+    units = [Unit(m, layers, s, label, n, mesh) for m, layers in spec["models"].items() for s in spec["seqs"]
+             for label, n, mesh in spec["meshes"]]
+    return units, tuple(spec["gpus"])
+
+
+def overlap_passes() -> dict[str, dict]:
+    """Pass name -> the overlap scheduler's adapter options, one per search setting."""
+    return {f"torch-overlap:{name}": options for name, options in OVERLAP_SEARCH.items()}
+
+
+# ---------------------------------------------------------------------------
+# One unit, in a worker process.
+
+
+def _quiet() -> None:
+    for name in ("torch._dynamo", "torch._inductor", "torch._functorch", "torch.distributed", "torch._logging"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _apply(name: str, base, gpu):
+    """(graph name, GraphModule) pairs of pass `name` over the traced graphs."""
+    from . import simulate as sim
+
+    if name.startswith("torch-overlap:"):
+        from conformance import adapters
+
+        options = overlap_passes()[name]
+        out = []
+        for g, gm in base:
+            copy = sim.copy_module(gm)
+            with sim.sim_trace.estimation(gpu):
+                adapters.load("torch-overlap").apply_fx(copy, **options)
+            out.append((g, copy))
+        return out
+    return [(g, sim.apply_pass(name, gm, gpu)) for g, gm in base]
+
+
+def _play(name: str, graphs, base_names, estimator, gpu):
+    from . import sim_timeline as tl
+    from . import simulate as sim
+
+    added = {n.name for (_, gm), names in zip(graphs, base_names) for n in gm.graph.nodes if n.name not in names}
+    est = estimator.for_pass(added)
+    with sim.sim_trace.estimation(gpu):
+        return tl.run_step([(g, gm.graph) for g, gm in graphs], est.compute_ms, est.comm_ms)
+
+
+def run_unit(unit: Unit, gpus: tuple[str, ...], comm_models: tuple[str, ...], efficiency: float,
+             out_dir: str) -> list[dict]:
+    """Trace `unit` once; every pass on every GPU under every comm model. Returns the rows."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    _quiet()
+    from . import sim_trace
+    from . import simulate as sim
+
+    start = time.perf_counter()
+    program = sim_trace.build(unit.model, unit.world_size, unit.mesh, unit.layers, unit.seq, 1)
+    traced = sim_trace.trace(program, sim_trace.gpu(TRACE_GPU))
+    base = [("forward", traced.graphs[0]), ("backward", traced.graphs[1])]
+    base_names = [{n.name for n in gm.graph.nodes} for _, gm in base]
+    names = list(PASSES) + list(overlap_passes())
+    once: dict = {}
+    rows = []
+    for gpu_name in gpus:
+        gpu = sim_trace.gpu(gpu_name)
+        estimator = sim.Estimator(gpu, compute_efficiency=efficiency)
+        cell_rows = []
+        for name in names:
+            t0 = time.perf_counter()
+            graphs = once.get(name) or _apply(name, base, gpu)
+            if name in GPU_INDEPENDENT:
+                once[name] = graphs
+            pass_s = time.perf_counter() - t0
+            for cm in comm_models:
+                step = _play(name, graphs, base_names, estimator.with_models(cm, efficiency), gpu)
+                result = sim.PassResult(name, step, graphs, pass_s)
+                row = result.row(unit.model, gpu_name, unit.world_size)
+                row.update(seq=unit.seq, mesh=unit.mesh_label, layers=unit.layers, comm_model=cm,
+                           compute_efficiency=efficiency, pass_seconds=round(pass_s, 2),
+                           block_bytes=program.block_bytes)
+                cell_rows.append(row)
+        cell_rows += _best_overlap(cell_rows)
+        cell = f"{unit.name}-{gpu_name}"
+        with open(os.path.join(out_dir, "cells", cell + ".json"), "w") as f:
+            json.dump(cell_rows, f, indent=1)
+        rows += cell_rows
+    print(f"{unit.name}: traced in {traced.seconds:.0f} s, done in {time.perf_counter() - start:.0f} s",
+          file=sys.stderr, flush=True)
+    return rows
+
+
+def _best_overlap(rows: list[dict]) -> list[dict]:
+    """Per comm model, the overlap scheduler's fastest search setting, as `torch-overlap-best`."""
+    out = []
+    for cm in sorted({r["comm_model"] for r in rows}):
+        tried = [r for r in rows if r["comm_model"] == cm and r["pass"].startswith("torch-overlap")]
+        if tried:
+            best = min(tried, key=lambda r: r["step_ms"])
+            out.append({**best, "pass": "torch-overlap-best", "setting": best["pass"]})
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Summary.
+
+
+def cell_key(r: dict) -> tuple:
+    return r["model"], r["gpu"], r["seq"], r["mesh"], r["comm_model"]
+
+
+def verdicts(rows: list[dict], candidate: str = CANDIDATE) -> list[dict]:
+    """Per cell and comm model: the candidate's numbers and whether it meets each target."""
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault(cell_key(r), {})[r["pass"]] = r
+    out = []
+    for key, by in sorted(cells.items()):
+        c = by.get(candidate)
+        if c is None:
+            continue
+        torch_passes = [p for p in by if p in ("torch", "torch-overlap-best")]
+        best_torch = min(by[p]["step_ms"] for p in torch_passes) if torch_passes else None
+        others = [r["exposed_comm_ms"] for p, r in by.items() if p != candidate]
+        peak_limit = by["unbucketed"]["peak_bytes"] + 2 * (c["block_bytes"] or 0) if "unbucketed" in by else None
+        out.append({
+            "cell": key, "step_ms": c["step_ms"], "step_over_bound": c["step_over_bound"],
+            "exposed_comm_ms": c["exposed_comm_ms"], "best_torch_ms": best_torch,
+            "step_over_best_torch": round(c["step_ms"] / best_torch, 4) if best_torch else None,
+            "least_other_exposed_ms": min(others) if others else None,
+            "peak_gib": c["peak_bytes"] / 2**30, "peak_limit_gib": peak_limit / 2**30 if peak_limit else None,
+            "bound": c["step_over_bound"] <= 1.10,
+            "torch": best_torch is None or c["step_ms"] <= best_torch,
+            "exposed": not others or c["exposed_comm_ms"] <= min(others) + 1e-6,
+            "peak": peak_limit is None or c["peak_bytes"] <= peak_limit,
+            "comm_over_compute": round(c["comm_ms"] / c["compute_ms"], 3) if c["compute_ms"] else None,
+        })
+    return out
+
+
+def _md(head: list[str], body: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " for _ in head) + "|"] + \
+        ["| " + " | ".join(row) + " |" for row in body]
+
+
+def summary(rows: list[dict]) -> str:
+    """The tables: one per (model, GPU), the worst cell per pass, the candidate's misses."""
+    lines = []
+    passes = [p for p in ("unbucketed", "torch", "torch-overlap:defaults", "torch-overlap:titan", "torch-overlap-best",
+                          "project", "project-merge_all") if any(r["pass"] == p for r in rows)]
+    for model, gpu in sorted({(r["model"], r["gpu"]) for r in rows}):
+        sub = [r for r in rows if r["model"] == model and r["gpu"] == gpu]
+        lines += [f"### {model}, {gpu}", "",
+                  "step ms / exposed ms / step÷bound per pass; cells: sequence, mesh, comm model", ""]
+        body = []
+        for key in sorted({(r["seq"], r["mesh"], r["comm_model"]) for r in sub}):
+            by = {r["pass"]: r for r in sub if (r["seq"], r["mesh"], r["comm_model"]) == key}
+            body.append([f"{key[0]}, {key[1]}, {key[2]}"] + [
+                f"{by[p]['step_ms']:.0f} / {by[p]['exposed_comm_ms']:.0f} / {by[p]['step_over_bound']:.3f}"
+                if p in by else "-" for p in passes])
+        lines += _md(["cell"] + passes, body) + [""]
+    lines += ["### Worst cell per pass", ""]
+    body = []
+    for p in passes:
+        sub = [r for r in rows if r["pass"] == p]
+        worst_bound = max(sub, key=lambda r: r["step_over_bound"])
+        worst_exposed = max(sub, key=lambda r: r["exposed_comm_pct"])
+        best_torch = _best_torch_by_cell(rows)
+        ratio = [(r["step_ms"] / best_torch[cell_key(r)], r) for r in sub if best_torch.get(cell_key(r))]
+        worst_ratio = max(ratio, key=lambda x: x[0]) if ratio else None
+        body.append([p, f"{worst_bound['step_over_bound']:.3f} ({_where(worst_bound)})",
+                     f"{worst_exposed['exposed_comm_pct']:.1f}% ({_where(worst_exposed)})",
+                     f"{worst_ratio[0]:.3f} ({_where(worst_ratio[1])})" if worst_ratio else "-"])
+    lines += _md(["pass", "worst step÷bound", "worst exposed share", "worst step ÷ best torch"], body) + [""]
+    v = verdicts(rows)
+    misses = [x for x in v if not (x["bound"] and x["torch"] and x["exposed"] and x["peak"])]
+    lines += [f"### Cells where `{CANDIDATE}` misses a target ({len(misses)} of {len(v)})", ""]
+    body = [[", ".join(str(k) for k in x["cell"]), _mark(x["bound"], f"{x['step_over_bound']:.3f}"),
+             _mark(x["torch"], f"{x['step_over_best_torch']:.3f}" if x["step_over_best_torch"] else "-"),
+             _mark(x["exposed"], f"{x['exposed_comm_ms']:.0f} vs {x['least_other_exposed_ms']:.0f}"),
+             _mark(x["peak"], f"{x['peak_gib']:.2f} / {x['peak_limit_gib']:.2f}" if x["peak_limit_gib"] else "-"),
+             str(x["comm_over_compute"])] for x in misses]
+    lines += _md(["cell", "step÷bound ≤ 1.10", "step ÷ best torch ≤ 1", "exposed ms vs least other",
+                  "peak GiB / limit", "comm ÷ compute"], body)
+    return "\n".join(lines) + "\n"
+
+
+def _mark(ok: bool, text: str) -> str:
+    return text if ok else f"**{text}**"
+
+
+def _where(r: dict) -> str:
+    return f"{r['model']} {r['gpu']} seq {r['seq']} {r['mesh']} {r['comm_model']}"
+
+
+def _best_torch_by_cell(rows: list[dict]) -> dict:
+    best: dict = {}
+    for r in rows:
+        if r["pass"] in ("torch", "torch-overlap-best"):
+            k = cell_key(r)
+            best[k] = min(best.get(k, r["step_ms"]), r["step_ms"])
+    return best
+
+
+# ---------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    from . import simulate as sim
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.sweep", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="results/sweep", help="folder for the JSON and summary")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes (one trace each at a time)")
+    parser.add_argument("--grid", default="full", help="full (the grid above) or quick (one small cell)")
+    parser.add_argument("--comm-models", default=",".join(sim.COMM_MODELS),
+                        help="comma-separated: " + ", ".join(sim.COMM_MODELS))
+    parser.add_argument("--compute-efficiency", type=float, default=1.0, metavar="E",
+                        help="the fraction of torch's roofline speed the compute reaches")
+    parser.add_argument("--only", help="run only the units whose name contains this")
+    args = parser.parse_args(argv)
+    try:
+        units, gpus = grid(args.grid)
+        comm_models = tuple(c.strip() for c in args.comm_models.split(",") if c.strip())
+        for cm in comm_models:
+            sim.Estimator(sim.sim_trace.gpu(TRACE_GPU), cm, args.compute_efficiency)
+        if args.jobs < 1:
+            raise ValueError(f"--jobs: expected at least 1, got {args.jobs}")
+    except ValueError as e:
+        parser.error(str(e))
+    if args.only:
+        units = [u for u in units if args.only in u.name]
+    os.makedirs(os.path.join(args.out, "cells"), exist_ok=True)
+    start = time.perf_counter()
+    work = [(u, gpus, comm_models, args.compute_efficiency, args.out) for u in units]
+    # Largest traces first, so the two workers finish together.
+    work.sort(key=lambda w: -(w[0].world_size * w[0].seq * (w[0].layers or 32)))
+    with multiprocessing.get_context("spawn").Pool(args.jobs, maxtasksperchild=4) as pool:
+        rows = [r for part in pool.starmap(run_unit, work, chunksize=1) for r in part]
+    with open(os.path.join(args.out, "sweep.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    text = summary(rows) + f"\n{len(units)} traces, {len(rows)} rows in {time.perf_counter() - start:.0f} s\n"
+    with open(os.path.join(args.out, "summary.md"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

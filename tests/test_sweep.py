@@ -1,0 +1,106 @@
+"""The grid sweep (benchmarks/sweep.py) and the simulator's comm and compute models:
+the verdicts on hand-made rows, the bad-input errors, how a group's ranks sit in
+nodes, and the claim the sweep rests on (one trace serves every GPU)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from benchmarks import simulate as sim
+from benchmarks import sweep
+
+
+def _row(pass_name, step, exposed, bound=None, peak=10 * 2**30, comm=None, compute=None, block=2**30):
+    bound = bound or step
+    return {"pass": pass_name, "model": "m", "gpu": "h100", "seq": 2048, "mesh": "fsdp-64", "comm_model": "torch",
+            "step_ms": step, "exposed_comm_ms": exposed, "exposed_comm_pct": 100 * exposed / step,
+            "step_over_bound": step / bound, "peak_bytes": peak, "block_bytes": block,
+            "comm_ms": comm or bound, "compute_ms": compute or step - exposed}
+
+
+def test_verdicts_name_each_missed_target():
+    rows = [_row("unbucketed", 200, 150, peak=10 * 2**30), _row("torch", 150, 90),
+            _row("torch-overlap-best", 120, 40),
+            # Slower than the overlap scheduler, more exposed, past 1.10 x bound, peak past 2 blocks.
+            _row("project", 130, 50, bound=110, peak=13 * 2**30)]
+    (v,) = sweep.verdicts(rows)
+    assert (v["bound"], v["torch"], v["exposed"], v["peak"]) == (False, False, False, False)
+    assert v["best_torch_ms"] == 120 and v["least_other_exposed_ms"] == 40
+    rows[-1] = _row("project", 100, 30, bound=95, peak=11 * 2**30)
+    (v,) = sweep.verdicts(rows)
+    assert (v["bound"], v["torch"], v["exposed"], v["peak"]) == (True, True, True, True)
+    text = sweep.summary(rows)
+    assert "misses a target (0 of 1)" in text and "### m, h100" in text
+
+
+def test_the_fastest_overlap_setting_is_reported_as_best():
+    rows = [_row("torch-overlap:defaults", 150, 90), _row("torch-overlap:titan", 130, 60)]
+    (best,) = sweep._best_overlap(rows)
+    assert best["pass"] == "torch-overlap-best" and best["setting"] == "torch-overlap:titan"
+    assert best["step_ms"] == 130
+
+
+def test_bad_input_names_the_parameter(capsys):
+    with pytest.raises(ValueError, match="--grid"):
+        sweep.grid("everything")
+    from benchmarks import sim_trace
+
+    with pytest.raises(ValueError, match="--comm-model"):
+        sim.Estimator(sim_trace.gpu("h100"), comm_model="guess")
+    with pytest.raises(ValueError, match="--compute-efficiency"):
+        sim.Estimator(sim_trace.gpu("h100"), compute_efficiency=1.5)
+    with pytest.raises(SystemExit):
+        sweep.main(["--jobs", "0"])
+    assert "--jobs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("ranks, layout", [
+    (list(range(64)), (64, 8)),  # FSDP over 8 nodes
+    (list(range(8)), (8, 8)),  # one node
+    (list(range(0, 256, 8)), (32, 1)),  # HSDP replicas of an 8-shard mesh: one rank per node
+    (list(range(0, 32, 4)), (8, 2)),  # replicas of 4-shard groups: two per node
+])
+def test_a_groups_ranks_per_node(ranks, layout):
+    assert sim.ranks_layout(ranks) == layout
+
+
+def test_compute_efficiency_scales_compute_only():
+    """At efficiency 0.5 the same node takes twice the roofline; the cache is shared."""
+    import torch
+    import torch.fx as fx
+
+    from benchmarks import sim_trace
+
+    g = fx.Graph()
+    a = g.placeholder("a")
+    a.meta["val"] = torch.empty(1024, 1024, device="meta")
+    mm = g.call_function(torch.ops.aten.mm.default, (a, a))
+    mm.meta["val"] = torch.empty(1024, 1024, device="meta")
+    est = sim.Estimator(sim_trace.gpu("h100"))
+    with sim_trace.estimation(est.gpu):
+        full = est.compute_ms(mm)
+        half = est.with_models("torch", 0.5).compute_ms(mm)
+    assert full > 0 and half == pytest.approx(2 * full)
+
+
+def _graph_text(gm) -> str:
+    text = str(gm.graph) + "\n".join(f"{n.name} {n.meta.get('val')}" for n in gm.graph.nodes)
+    return re.sub(r" at 0x[0-9a-f]+", "", text)  # script objects' addresses
+
+
+def test_one_trace_serves_every_gpu(fake_world):
+    """The graphs traced for an A100 and for an H200 are the same, node for node and
+    value for value: the sweep traces once per model, sequence and mesh."""
+    from benchmarks import sim_trace
+
+    try:
+        sim.check_torch()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    texts = {}
+    for gpu in ("h200", "a100"):
+        program = sim_trace.build("llama3-8b", fake_world, None, 1, 256, 1)
+        texts[gpu] = [_graph_text(gm) for gm in sim_trace.trace(program, sim_trace.gpu(gpu)).graphs]
+    assert texts["a100"] == texts["h200"]
