@@ -51,7 +51,7 @@ def chains(units: list[list[fx.Node]], merged: dict[fx.Node, fx.Node]) -> list[l
 
 
 def place(graph: fx.Graph, timeline: Timeline, emitted: list, issue_at: dict[int, int],
-          issue_chains: list[list[fx.Node]] = (), buckets: list[Bucket] = ()) -> None:
+          issue_chains: list[list[fx.Node]] = (), buckets: list[Bucket] = (), replaced: list[fx.Node] = ()) -> None:
     """Put every emitted bucket's nodes where they belong, and the graph in a legal order.
 
     `issue_at` is issue_positions' answer, by bucket id, in `timeline`'s positions;
@@ -63,10 +63,10 @@ def place(graph: fx.Graph, timeline: Timeline, emitted: list, issue_at: dict[int
     for b in buckets:
         at = issue_at.get(id(b))
         node = b.members[0].node
-        if len(b.members) == 1 and at is not None and at < timeline.position.get(node, at):
-            # A collective left as it was, prefetched (Prefetch.eager), with the
-            # single-use cast that feeds it, if any (planning counted it ready
-            # once the cast's source is).
+        if len(b.members) == 1 and at is not None and at != timeline.position.get(node, at):
+            # A collective left as it was, prefetched (Prefetch.eager) or issued after
+            # the bucket feeding it, with the single-use cast that feeds it, if any
+            # (planning counted it ready once the cast's source is).
             moved = [node] if b.members[0].cast_source is None else [b.members[0].input, node]
             for k, n in enumerate(moved):
                 issue_priority[n] = (at, ISSUE_BEFORE_ORIGINAL, k)
@@ -88,6 +88,10 @@ def place(graph: fx.Graph, timeline: Timeline, emitted: list, issue_at: dict[int
     for node in graph.nodes:
         if node not in timeline.position and node not in issue_priority and node not in fallback:
             fallback[node] = (len(timeline.position), ORIGINAL, 0)
+    # The members replaced (dead, erased next) go last: where they were must not pull
+    # what they read, now their bucket's, early.
+    for node in replaced:
+        issue_priority[node] = (len(timeline.position), ORIGINAL, 0)
     reorder(graph, timeline, issue_priority, issue_segment, fallback, issue_chains)
 
 
@@ -112,7 +116,7 @@ def reorder(
 ) -> None:
     """Move nodes into the stable topological order described above."""
     nodes = list(graph.nodes)
-    priority = _priorities(nodes, timeline, issue_priority, fallback_priority)
+    priority = _priorities(nodes, timeline, issue_priority, fallback_priority, _readers_after_mutation(nodes))
     successors, indegree = _edges(nodes, timeline, issue_segment, issue_chains)
     tiebreak = {node: i for i, node in enumerate(nodes)}
     ready = [(priority[n], tiebreak[n], n) for n in nodes if indegree[n] == 0]
@@ -131,7 +135,8 @@ def reorder(
 
 
 def _priorities(nodes: list[fx.Node], timeline: Timeline, issue_priority: dict[fx.Node, Priority],
-                fallback_priority: dict[fx.Node, Priority]) -> dict[fx.Node, Priority]:
+                fallback_priority: dict[fx.Node, Priority],
+                fill_readers: dict[fx.Node, list[fx.Node]]) -> dict[fx.Node, Priority]:
     priority: dict[fx.Node, Priority] = {}
     new_nodes = []
     for node in nodes:
@@ -142,10 +147,11 @@ def _priorities(nodes: list[fx.Node], timeline: Timeline, issue_priority: dict[f
             priority[node] = (pos, ORIGINAL, 0)
         else:
             new_nodes.append(node)
-    # Wait and copy-out nodes: just before their earliest user. Users come later
+    # Wait and copy-out nodes: just before their earliest user (of a copy-out that
+    # fills the members the graph allocated, the members' readers). Users come later
     # in creation order, so walking backwards sees every user first.
     for node in reversed(new_nodes):
-        users = [priority[u] for u in node.users if u in priority]
+        users = [priority[u] for u in [*node.users, *fill_readers.get(node, ())] if u in priority]
         if users:
             first = min(users)
             priority[node] = (first[0], first[1] - 1, first[2])

@@ -20,7 +20,7 @@ from ..options import BucketingOptions
 from . import memory
 from .assign import Assigner
 from .estimates import estimate_policy
-from .issue import issue_positions, units_in_order
+from .issue import issue_positions, with_feeders_buckets, units_in_order
 from .policy import Policy
 from .records import Alone, Bucket, Planned, When
 from .timeline import Timeline
@@ -62,12 +62,13 @@ def plan(graph: fx.Graph, collectives: list[Collective], policy: Policy) -> Plan
     split = policy.fit_memory(buckets, whens, positions)
     if len(split) != len(buckets):
         buckets = _renumber_within_caps(split, whens, policy)
-    kept = [a.bucket for a in assigned.alone if a.bucket is not None]
+    alone = with_feeders_buckets(assigned.alone, buckets, whens)
+    kept = [a.bucket for a in alone if a.bucket is not None]
     issue_at = positions(buckets + kept)
     merged = [b for b in buckets if len(b.members) > 1]
     return Planned(
         buckets=merged,
-        alone=assigned.alone + [_alone(b) for b in buckets if len(b.members) == 1],
+        alone=alone + [_alone(b) for b in buckets if len(b.members) == 1],
         whens=whens,
         timeline=timeline,
         issue_at=issue_at,

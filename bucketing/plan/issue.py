@@ -31,8 +31,8 @@ from collections.abc import Callable
 
 import torch.fx as fx
 
-from ..collectives import BY_TARGET, group_of
-from .records import Bucket, When
+from ..collectives import BY_TARGET, WAIT, group_of
+from .records import Alone, Bucket, Span, When
 from .timeline import Timeline
 
 
@@ -83,7 +83,44 @@ def issue_positions(buckets: list[Bucket], whens: dict, prefetch: Prefetch = Pre
         if apart:
             previous.append(min(apart))
         previous.append(b.copied_out_at(whens))
+    _after_next_feeder(buckets, moved, whens, out)
     return out
+
+
+def _after_next_feeder(buckets: list[Bucket], moved: list[Bucket], whens: dict, out: dict[int, int]) -> None:
+    """A collective or bucket that reduces a bucket's results (HSDP: each gradient
+    all-reduced over the replicas, then reduce-scattered over the shards) is issued where
+    the next bucket of its feeder's kind and group is: the feeder's wait then falls a
+    bucket's compute later, and the feeder runs behind that compute instead of holding it."""
+    bucket_of = {m.node: b for b in moved for m in b.members}
+    queue: dict[tuple, list[Bucket]] = defaultdict(list)
+    for b in moved:
+        queue[(b.kind, b.group_name)].append(b)
+    for b in buckets:
+        feeders = [f for m in b.members if (f := bucket_of.get(_collective_read(m.input))) is not None and f is not b]
+        if not feeders:
+            continue
+        last = max(feeders, key=lambda f: out[id(f)])
+        later = [out[id(f)] for f in queue[(last.kind, last.group_name)] if out[id(f)] > out[id(last)]]
+        if later:
+            own = out.get(id(b), min(whens[m.node].position for m in b.members))
+            out[id(b)] = max(own, min(later))
+
+
+def with_feeders_buckets(alone: list[Alone], buckets: list[Bucket], whens: dict) -> list[Alone]:
+    """`alone`, each collective left out of planning that reduces a merged bucket's result
+    given a bucket of its own, so that `issue_positions` can issue it after its feeder's next bucket."""
+    merged = {m.node for b in buckets if len(b.members) > 1 for m in b.members}
+    return [dataclasses.replace(a, bucket=Bucket(0, a.collective.kind, (), 0.0, [a.collective], a.collective.nbytes,
+                                                 Span.of(whens[a.collective.node])))
+            if a.bucket is None and _collective_read(a.collective.input) in merged else a for a in alone]
+
+
+def _collective_read(node: fx.Node) -> fx.Node | None:
+    """The collective whose result `node` is, through its wait."""
+    if isinstance(node, fx.Node) and node.op == "call_function" and node.target is WAIT and node.args and isinstance(node.args[0], fx.Node):
+        return node.args[0]
+    return None
 
 
 def units_in_order(timeline: Timeline, buckets: list[Bucket], issue_at: dict[int, int]) -> list[list[fx.Node]]:
