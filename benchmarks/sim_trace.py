@@ -209,7 +209,8 @@ def link_figures(g: Gpu) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class Llama:
-    """A llama3 architecture (transformers' LlamaForCausalLM configured to its sizes)."""
+    """A llama3-style decoder (transformers' `{architecture}ForCausalLM` configured to its
+    sizes); with `experts`, each layer's MLP is a mixture of that many experts, `top_k` per token."""
 
     name: str
     layers: int
@@ -220,23 +221,33 @@ class Llama:
     vocab: int = 128256
     rope_theta: float = 500000.0
     norm_eps: float = 1e-5
+    architecture: str = "Llama"
+    experts: int = 0
+    top_k: int = 0
 
     def config(self, layers: int, seq: int):
         import transformers
 
-        config = transformers.LlamaConfig(
+        moe = dict(num_local_experts=self.experts, num_experts_per_tok=self.top_k) if self.experts else {}
+        config = getattr(transformers, f"{self.architecture}Config")(
             vocab_size=self.vocab, hidden_size=self.dim, intermediate_size=self.ffn, num_hidden_layers=layers,
             num_attention_heads=self.heads, num_key_value_heads=self.kv_heads,
             max_position_embeddings=max(seq, 8192), rope_theta=self.rope_theta, rms_norm_eps=self.norm_eps,
-            tie_word_embeddings=False, use_cache=False)
+            tie_word_embeddings=False, use_cache=False, **moe)
         config._attn_implementation = "sdpa"
         return config
+
+    def model_class(self):
+        import transformers
+
+        return getattr(transformers, f"{self.architecture}ForCausalLM")
 
     def block_params(self) -> tuple[int, int]:
         """(bf16 parameters, f32 parameters) of one decoder layer."""
         head = self.dim // self.heads
-        bf16 = self.dim * self.dim * 2 + 2 * self.dim * self.kv_heads * head + 3 * self.dim * self.ffn
-        return bf16, 2 * self.dim
+        attention = self.dim * self.dim * 2 + 2 * self.dim * self.kv_heads * head
+        mlp = 3 * self.dim * self.ffn * self.experts + self.dim * self.experts if self.experts else 3 * self.dim * self.ffn
+        return attention + mlp, 2 * self.dim
 
     def block_bytes(self) -> int:
         bf16, f32 = self.block_params()
@@ -246,6 +257,8 @@ class Llama:
 LLAMAS = {m.name: m for m in (
     Llama("llama3-8b", layers=32, dim=4096, heads=32, kv_heads=8, ffn=14336),
     Llama("llama3-70b", layers=80, dim=8192, heads=64, kv_heads=8, ffn=28672),
+    Llama("mixtral-8x7b", layers=32, dim=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000, rope_theta=1e6,
+          architecture="Mixtral", experts=8, top_k=2),
 )}
 
 
@@ -361,11 +374,10 @@ def make_mesh(world_size: int, mesh_shape: tuple[int, int] | None):
 
 
 def llama_program(spec: Llama, mesh, layers: int, seq: int, batch: int) -> Program:
-    import transformers
 
     config = spec.config(layers, seq)
     with torch.device("meta"):
-        model = transformers.LlamaForCausalLM(config)
+        model = spec.model_class()(config)
     # The rotary frequencies are a computed buffer: computed on the CPU.
     model.model.rotary_emb = type(model.model.rotary_emb)(config)
     params = [(m, n, p) for m in model.modules() for n, p in m.named_parameters(recurse=False)]

@@ -5,8 +5,9 @@
 
 Every pass runs side by side in every cell (benchmarks/simulate.py does one
 cell). A cell is (model, GPU, sequence length, mesh); the grid:
-- models: llama3-8b (32 layers) and llama3-70b (its first 8 layers), at their
-  real widths;
+- models: llama3-8b (32 layers), llama3-70b (its first 8 layers) and
+  mixtral-8x7b (its first 4 layers: 8 experts, 2 per token, transformers'
+  grouped-matmul experts), at their real widths;
 - GPUs: a100, h100, h200; sequences of 2,048 and 8,192 tokens, batch 1;
 - meshes: FSDP over 8, 64 and 1,024 ranks; HSDP of 32 replicas of 8 shards
   (256 ranks).
@@ -45,7 +46,7 @@ TRACE_GPU = "h200"
 GPUS = ("a100", "h100", "h200")
 SEQS = (2048, 8192)
 # model -> layers kept (None: all)
-MODELS = {"llama3-8b": None, "llama3-70b": 8}
+MODELS = {"llama3-8b": None, "llama3-70b": 8, "mixtral-8x7b": 4}
 # (label, world size, HSDP mesh or None)
 MESHES = (("fsdp-8", 8, None), ("fsdp-64", 64, None), ("fsdp-1024", 1024, None), ("hsdp-32x8", 256, (32, 8)))
 QUICK = {"models": {"llama3-8b": 2}, "gpus": ("h100",), "seqs": (2048,),
@@ -302,6 +303,18 @@ def _best_torch_by_cell(rows: list[dict]) -> dict:
 # ---------------------------------------------------------------------------
 
 
+def _cells_of(unit: Unit, gpus: tuple[str, ...], out_dir: str) -> list[dict] | None:
+    """The rows a previous run wrote for `unit` on every GPU, or None if any cell is missing."""
+    rows = []
+    for gpu in gpus:
+        path = os.path.join(out_dir, "cells", f"{unit.name}-{gpu}.json")
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            rows += json.load(f)
+    return rows
+
+
 def main(argv=None) -> int:
     from . import simulate as sim
 
@@ -314,6 +327,9 @@ def main(argv=None) -> int:
     parser.add_argument("--compute-efficiency", type=float, default=1.0, metavar="E",
                         help="the fraction of torch's roofline speed the compute reaches")
     parser.add_argument("--only", help="run only the units whose name contains this")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse the cells OUT/cells already holds (same grid and comm models) instead of "
+                             "running their traces again")
     args = parser.parse_args(argv)
     try:
         units, gpus = grid(args.grid)
@@ -328,14 +344,22 @@ def main(argv=None) -> int:
         units = [u for u in units if args.only in u.name]
     os.makedirs(os.path.join(args.out, "cells"), exist_ok=True)
     start = time.perf_counter()
-    work = [(u, gpus, comm_models, args.compute_efficiency, args.out) for u in units]
+    rows, todo = [], []
+    for u in units:
+        done = _cells_of(u, gpus, args.out) if args.resume else None
+        if done is not None and {r["comm_model"] for r in done} >= set(comm_models):
+            rows += [r for r in done if r["comm_model"] in comm_models]
+        else:
+            todo.append(u)
+    work = [(u, gpus, comm_models, args.compute_efficiency, args.out) for u in todo]
     # Largest traces first, so the two workers finish together.
     work.sort(key=lambda w: -(w[0].world_size * w[0].seq * (w[0].layers or 32)))
     with multiprocessing.get_context("spawn").Pool(args.jobs, maxtasksperchild=4) as pool:
-        rows = [r for part in pool.starmap(run_unit, work, chunksize=1) for r in part]
+        rows += [r for part in pool.starmap(run_unit, work, chunksize=1) for r in part]
     with open(os.path.join(args.out, "sweep.json"), "w") as f:
         json.dump(rows, f, indent=1)
-    text = summary(rows) + f"\n{len(units)} traces, {len(rows)} rows in {time.perf_counter() - start:.0f} s\n"
+    text = summary(rows) + (f"\n{len(todo)} traces run ({len(units) - len(todo)} reused), {len(rows)} rows in "
+                            f"{time.perf_counter() - start:.0f} s\n")
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(text)
     print(text)

@@ -144,9 +144,9 @@ def test_members_copied_out_apart_keep_their_own_place_in_the_prefetch_depth():
     and the rest would, so joining it brings no later bucket's issue forward."""
     from types import SimpleNamespace
 
+    from bucketing.collectives import ALL_GATHER
     from bucketing.plan.estimates import WITH_ESTIMATES
     from bucketing.plan.issue import issue_positions
-    from bucketing.collectives import ALL_GATHER
     from bucketing.plan.records import Bucket, When
 
     def member(position, first_use):
@@ -168,3 +168,31 @@ def test_members_copied_out_apart_keep_their_own_place_in_the_prefetch_depth():
     # Not copied out apart, the joined bucket counts once: block1 too goes at once.
     merged = issue_positions([a, bucket(norm, block0), c, d], whens, WITH_ESTIMATES)
     assert [merged[id(b)] for b in (a, c, d)] == [1, 1, 10]
+
+
+def test_a_reduction_of_a_buckets_result_waits_a_bucket_later(group_name):
+    """HSDP's order: each gradient all-reduced over the replicas, then reduce-scattered
+    over the shards, the reduce-scatter reading the all-reduce's result at once. The
+    reduce-scatters of the first all-reduce bucket are issued with the next all-reduce
+    bucket, so the first bucket is waited on after the compute that makes the next
+    gradients, not right after it is issued."""
+    from .graphs import ar
+
+    def f(x, w0, w1, w2, w3):
+        grads = []
+        for w in (w0, w1, w2, w3):
+            x = x @ w  # the compute that makes the next gradient
+            grads.append(rs(ar(x, group_name), group_name))
+        return tuple(grads)
+
+    gm = trace(f, *[((8, 8), f32)] * 5)
+    plan = bc.bucket_collectives(gm, policy="merge_all", bucket_cap_mb=2 * 8 * 8 * 4 / 2**20)
+    gm.graph.lint()
+    nodes = list(gm.graph.nodes)
+    at = {n: i for i, n in enumerate(nodes)}
+    reduce = [n for n in nodes if n.target is c10d.all_reduce.default]
+    assert [b.kind for b in plan.buckets].count("all_reduce") == 2 and len(reduce) == 2
+    first_wait = next(u for u in reduce[0].users if u.target is c10d.wait_tensor.default)
+    matmuls = [n for n in nodes if n.target is torch.ops.aten.mm.default]
+    # The first bucket (gradients 0 and 1) is waited on after the matmuls making gradients 2 and 3.
+    assert at[first_wait] > at[matmuls[3]] > at[reduce[0]]

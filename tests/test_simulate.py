@@ -254,7 +254,6 @@ def test_the_pass_charges_no_compute_for_nodes_without_a_kernel():
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from benchmarks import sim_trace
-    from bucketing.collectives import ALL_GATHER
     from bucketing.plan.costs import device_costs
     from bucketing.plan.timeline import Timeline
 

@@ -104,3 +104,16 @@ def test_one_trace_serves_every_gpu(fake_world):
         program = sim_trace.build("llama3-8b", fake_world, None, 1, 256, 1)
         texts[gpu] = [_graph_text(gm) for gm in sim_trace.trace(program, sim_trace.gpu(gpu)).graphs]
     assert texts["a100"] == texts["h200"]
+
+
+def test_published_slowdowns_compare_the_same_pass():
+    from benchmarks import published
+
+    rows = [{"setting": s, "comm_model": cm, "published_step_ms": pub, "project_ms": simu}
+            for s, pub, simu in (("titan-simplefsdp-block-8", 1000.0, 1200.0),
+                                 ("titan-simplefsdp-block-64", 1450.0, 1260.0))
+            for cm in ("torch", "measured")]
+    lines = published.slowdowns(rows)
+    assert len(lines) == 2
+    assert "published step x1.450, simulated (project) x1.050" in lines[0]
+    assert "slowdown 0.11" in lines[0]

@@ -20,7 +20,7 @@ from ..options import BucketingOptions
 from . import memory
 from .assign import Assigner
 from .estimates import estimate_policy
-from .issue import issue_positions, with_feeders_buckets, units_in_order
+from .issue import issue_positions, units_in_order, with_feeders_buckets
 from .policy import Policy
 from .records import Alone, Bucket, Planned, When
 from .timeline import Timeline
