@@ -6,7 +6,9 @@ Each setting below is a published llama3-8b step (tokens per second per GPU,
 or a step time) with its source. For each, the simulator traces the same
 model, sequence, batch and GPU count, and plays the unbucketed step and the
 bucketed steps (torch's pass, the default options) under both comm models
-(`torch`, `measured`); the compute runs at `--compute-efficiency` of torch's
+(`torch`, `measured`), with activation checkpointing `--ac` (default
+`selective`, every second layer: the published runs checkpoint selectively);
+the compute runs at `--compute-efficiency` of torch's
 roofline, fitted by default to the first setting (its 8-GPU step, where
 communication hides behind compute). Printed: the published figure, each
 prediction, and the published effect of scaling or bucketing beside the
@@ -53,7 +55,7 @@ SETTINGS = (
 PASSES = ("unbucketed", "torch", "project")
 
 
-def run(efficiency: float | None, log=None) -> tuple[list[dict], float]:
+def run(efficiency: float | None, log=None, ac: str = "selective") -> tuple[list[dict], float]:
     """Rows per (setting, comm model, pass); the efficiency used."""
     from . import simulate as sim
 
@@ -63,7 +65,7 @@ def run(efficiency: float | None, log=None) -> tuple[list[dict], float]:
         key = (s.gpu, s.world_size, s.seq, s.batch)
         if key not in traced:
             (traced[key],) = sim.simulate("llama3-8b", [s.world_size], s.gpu, PASSES, seq=s.seq, batch=s.batch,
-                                          log=log)
+                                          log=log, ac=ac)
         world = traced[key]
         est = world.estimator.with_models(comm_model, eff)
         out = {}
@@ -88,7 +90,7 @@ def run(efficiency: float | None, log=None) -> tuple[list[dict], float]:
         for cm in sim.COMM_MODELS:
             steps = step_ms(s, cm, efficiency)
             rows.append({"setting": s.name, "source": s.source, "gpu": s.gpu, "world_size": s.world_size,
-                         "seq": s.seq, "batch": s.batch, "comm_model": cm, "compute_efficiency": round(efficiency, 4),
+                         "seq": s.seq, "batch": s.batch, "ac": ac, "comm_model": cm, "compute_efficiency": round(efficiency, 4),
                          "published_step_ms": round(published, 1),
                          **{f"{p}_ms": round(v, 1) for p, v in steps.items()}})
     return rows, efficiency
@@ -127,12 +129,14 @@ def main(argv=None) -> int:
     parser.add_argument("--compute-efficiency", type=float, default=None, metavar="E",
                         help="the fraction of torch's roofline the compute reaches (default: fitted to the first "
                              "setting)")
+    parser.add_argument("--ac", default="selective", choices=("none", "selective", "full"),
+                        help="activation checkpointing of the simulated steps")
     parser.add_argument("--json", help="write the rows as a JSON list")
     args = parser.parse_args(argv)
     for name in ("torch._dynamo", "torch._inductor", "torch._functorch", "torch.distributed", "torch._logging"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    rows, eff = run(args.compute_efficiency, log=lambda m: print(m, file=sys.stderr, flush=True))
-    print(f"compute efficiency {eff:.3f} of torch's roofline")
+    rows, eff = run(args.compute_efficiency, log=lambda m: print(m, file=sys.stderr, flush=True), ac=args.ac)
+    print(f"compute efficiency {eff:.3f} of torch's roofline; activation checkpointing {args.ac}")
     print(table(rows))
     print()
     print("\n".join(slowdowns(rows)))

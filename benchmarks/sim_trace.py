@@ -363,6 +363,7 @@ class Program:
     matmul_parameters: int  # parameters read by a matmul (all but the token embedding)
     block_bytes: int | None  # one transformer block's gathered parameters
     tokens: int  # per rank and step
+    activation_checkpointing: str = "none"  # AC_MODES
 
 
 def make_mesh(world_size: int, mesh_shape: tuple[int, int] | None):
@@ -373,7 +374,35 @@ def make_mesh(world_size: int, mesh_shape: tuple[int, int] | None):
     return DeviceMesh("cpu", torch.arange(world_size).view(mesh_shape), mesh_dim_names=("replicate", "shard"))
 
 
-def llama_program(spec: Llama, mesh, layers: int, seq: int, batch: int) -> Program:
+AC_MODES = ("none", "selective", "full")
+
+
+class Checkpointed(torch.nn.Module):
+    """A decoder layer whose activations are recomputed in the backward (torchtitan's
+    activation checkpointing of a whole block, non-reentrant)."""
+
+    def __init__(self, layer: torch.nn.Module):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, *args, **kwargs):
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.layer, *args, use_reentrant=False, **kwargs)
+
+
+def checkpoint_layers(layers: torch.nn.ModuleList, mode: str) -> None:
+    """`full`: every layer recomputed; `selective`: every second one (torchtitan's
+    `selective_ac_option = "2"`, its per-layer selective mode); `none`: nothing."""
+    if mode not in AC_MODES:
+        raise ValueError(f"--ac: {mode!r} is not one of {AC_MODES}")
+    every = {"none": 0, "selective": 2, "full": 1}[mode]
+    for i in range(len(layers)) if every else ():
+        if i % every == 0:
+            layers[i] = Checkpointed(layers[i])
+
+
+def llama_program(spec: Llama, mesh, layers: int, seq: int, batch: int, ac: str = "none") -> Program:
 
     config = spec.config(layers, seq)
     with torch.device("meta"):
@@ -385,6 +414,7 @@ def llama_program(spec: Llama, mesh, layers: int, seq: int, batch: int) -> Progr
     nbytes = sum(p.numel() * (4 if _llama_dtype(m, n) == torch.float32 else 2) for m, n, p in params)
     embedding = model.model.embed_tokens.weight.numel()
     shard_meta_model(model, mesh, _llama_dtype)
+    checkpoint_layers(model.model.layers, ac)
     tokens = torch.zeros(batch, seq, dtype=torch.long)
     targets = torch.zeros(batch, seq, dtype=torch.long)
 
@@ -393,7 +423,7 @@ def llama_program(spec: Llama, mesh, layers: int, seq: int, batch: int) -> Progr
             logits = model(input_ids=tokens).logits
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
 
-    return Program(step, (tokens, targets), count, nbytes, count - embedding, spec.block_bytes(), batch * seq)
+    return Program(step, (tokens, targets), count, nbytes, count - embedding, spec.block_bytes(), batch * seq, ac)
 
 
 def family_program(name: str, mesh) -> Program:
@@ -498,7 +528,12 @@ def trace(program: Program, g: Gpu) -> Traced:
     _warm_up()
     start = time.perf_counter()
     _cuda_fallbacks.clear()
-    captured = _capture(program.step, program.inputs, g)
+    # A decoder layer's forward has side effects (transformers' caches of the rotary
+    # frequencies' device): under checkpointing they are not replayed in the backward.
+    side_effects = ({"skip_fwd_side_effects_in_bwd_under_checkpoint": True}
+                    if program.activation_checkpointing != "none" else {})
+    with torch._dynamo.config.patch(**side_effects):
+        captured = _capture(program.step, program.inputs, g)
     if len(captured) != 2:
         raise RuntimeError(f"expected a forward and a backward graph, captured {len(captured)}")
     return Traced(captured, program, time.perf_counter() - start, dict(_cuda_fallbacks))
@@ -516,17 +551,22 @@ def init_world(world_size: int) -> None:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
 
 
-def build(model: str, world_size: int, mesh_shape, layers: int | None, seq: int, batch: int) -> Program:
+def build(model: str, world_size: int, mesh_shape, layers: int | None, seq: int, batch: int,
+          ac: str = "none") -> Program:
+    if ac not in AC_MODES:
+        raise ValueError(f"--ac: {ac!r} is not one of {AC_MODES}")
     init_world(world_size)
     if model in LLAMAS:
         spec = LLAMAS[model]
         n_layers = spec.layers if layers is None else layers
         if not 1 <= n_layers <= spec.layers:
             raise ValueError(f"--layers: {model} has {spec.layers} layers, got {layers}")
-        return llama_program(spec, make_mesh(world_size, mesh_shape), n_layers, seq, batch)
+        return llama_program(spec, make_mesh(world_size, mesh_shape), n_layers, seq, batch, ac)
     from conformance.models.family import MODELS
 
     spec = MODELS[model]
+    if ac != "none":
+        raise ValueError(f"--ac: {model} is traced as the suite builds it, without activation checkpointing")
     if mesh_shape is not None and tuple(mesh_shape) != spec.mesh_shape:
         raise ValueError(f"--mesh: {model} is sharded on its own mesh ({spec.mesh_shape}), got {mesh_shape}")
     if spec.mesh_shape is not None and math.prod(spec.mesh_shape) != world_size:

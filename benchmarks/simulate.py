@@ -345,7 +345,7 @@ def simulate_world(traced: sim_trace.Traced, gpu: sim_trace.Gpu, passes: list[st
 
 def simulate(model: str, world_sizes: list[int], gpu: str = "h200", passes=DEFAULT_PASSES, layers: int | None = None,
              seq: int = 8192, batch: int = 1, mesh: tuple[int, int] | None = None, log=None,
-             comm_model: str = "torch", compute_efficiency: float = 1.0) -> list[WorldResult]:
+             comm_model: str = "torch", compute_efficiency: float = 1.0, ac: str = "none") -> list[WorldResult]:
     """Trace `model` once per world size and play every pass's step. Unknown names raise
     ValueError naming the parameter."""
     sim_trace.check_model(model)
@@ -362,11 +362,13 @@ def simulate(model: str, world_sizes: list[int], gpu: str = "h200", passes=DEFAU
     if seq < 1 or batch < 1:
         raise ValueError("--seq and --batch must be positive")
     Estimator(g, comm_model, compute_efficiency)  # checks the models' names
+    if ac not in sim_trace.AC_MODES:
+        raise ValueError(f"--ac: {ac!r} is not one of {sim_trace.AC_MODES}")
     check_torch()
     out = []
     for n in world_sizes:
         start = time.perf_counter()
-        program = sim_trace.build(model, n, mesh, layers, seq, batch)
+        program = sim_trace.build(model, n, mesh, layers, seq, batch, ac)
         traced = sim_trace.trace(program, g)
         if log:
             log(f"world {n}: traced in {traced.seconds:.1f} s")
@@ -535,6 +537,8 @@ def main(argv=None) -> int:
                         help="collective durations: torch's NCCL model, or published nccl-tests bus bandwidths")
     parser.add_argument("--compute-efficiency", type=float, default=1.0, metavar="E",
                         help="the fraction of torch's roofline speed the compute reaches (default 1)")
+    parser.add_argument("--ac", default="none", choices=sim_trace.AC_MODES,
+                        help="activation checkpointing: none, selective (every second layer), full")
     parser.add_argument("--json", help="write the rows as a JSON list")
     parser.add_argument("--plot", help="write a PNG of the streams per pass (one per world size: -wN suffix)")
     parser.add_argument("--exposed", type=int, default=0, metavar="K",
@@ -554,7 +558,7 @@ def main(argv=None) -> int:
 
     try:
         worlds = simulate(args.model, args.world_size, args.gpu, passes, args.layers, args.seq, args.batch, mesh, log,
-                          args.comm_model, args.compute_efficiency)
+                          args.comm_model, args.compute_efficiency, args.ac)
     except ValueError as e:
         parser.error(str(e))
     rows = [p.row(args.model, args.gpu, w.world_size) for w in worlds for p in w.passes]

@@ -170,6 +170,8 @@ def test_inputs_of_a_later_graph_are_freed_after_their_last_use():
     (["--model", "llama3-8b", "--world-size", "8", "--passes", "project,nope"], "--passes"),
     (["--model", "llama3-8b", "--world-size", "8", "--gpu", "v100"], "--gpu"),
     (["--model", "llama3-8b", "--world-size", "8", "--mesh", "2by4"], "--mesh"),
+    (["--model", "llama3-8b", "--world-size", "8", "--ac", "some"], "--ac"),
+    (["--model", "llama3-8b", "--world-size", "8", "--comm-model", "guess"], "--comm-model"),
 ])
 def test_unknown_names_fail_naming_the_parameter(argv, parameter, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -182,6 +184,9 @@ def test_unknown_names_fail_naming_the_parameter(argv, parameter, capsys):
     ({"model": "gpt-17"}, "--model"),
     ({"model": "llama3-8b", "passes": ["unbucketed", "bucket-everything"]}, "--passes"),
     ({"model": "llama3-8b", "gpu": "tpu"}, "--gpu"),
+    ({"model": "llama3-8b", "ac": "half"}, "--ac"),
+    ({"model": "llama3-8b", "comm_model": "guess"}, "--comm-model"),
+    ({"model": "llama3-8b", "compute_efficiency": 0.0}, "--compute-efficiency"),
 ])
 def test_the_api_raises_naming_the_parameter(kwargs, parameter):
     with pytest.raises(ValueError, match=parameter):

@@ -117,3 +117,26 @@ def test_published_slowdowns_compare_the_same_pass():
     assert len(lines) == 2
     assert "published step x1.450, simulated (project) x1.050" in lines[0]
     assert "slowdown 0.11" in lines[0]
+
+
+def test_activation_checkpointing_recomputes_the_checkpointed_layers(fake_world):
+    """The backward holds a checkpointed layer's forward matmuls again (7 a layer, less
+    any the backward does not read): one layer of two for `selective`, both for `full`;
+    the forward is the same."""
+    import torch
+
+    from benchmarks import sim_trace
+
+    try:
+        sim.check_torch()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    mm = torch.ops.aten.mm.default
+    counts = {}
+    for mode in ("none", "selective", "full"):
+        program = sim_trace.build("llama3-8b", fake_world, None, 2, 128, 1, ac=mode)
+        graphs = sim_trace.trace(program, sim_trace.gpu("h200")).graphs
+        counts[mode] = [sum(n.target is mm for n in gm.graph.nodes) for gm in graphs]
+    assert counts["none"][0] == counts["selective"][0] == counts["full"][0] == 15, counts
+    assert 6 <= counts["selective"][1] - counts["none"][1] <= 7, counts
+    assert 12 <= counts["full"][1] - counts["none"][1] <= 14, counts
