@@ -150,7 +150,7 @@ def test_members_copied_out_apart_keep_their_own_place_in_the_prefetch_depth():
     from bucketing.plan.records import Bucket, When
 
     def member(position, first_use):
-        m = SimpleNamespace(node=object(), input=None, group_name="g")
+        m = SimpleNamespace(node=object(), input=None, waits=(), group_name="g")
         whens[m.node] = When(position, 0, first_use, first_use, 1, 4, 0.0)
         return m
 

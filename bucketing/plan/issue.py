@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import torch.fx as fx
 
-from ..collectives import BY_TARGET, WAIT, group_of
+from ..collectives import BY_TARGET, group_of
 from .records import Alone, Bucket, Span, When
 from .timeline import Timeline
 
@@ -92,12 +92,12 @@ def _after_next_feeder(buckets: list[Bucket], moved: list[Bucket], whens: dict, 
     all-reduced over the replicas, then reduce-scattered over the shards) is issued where
     the next bucket of its feeder's kind and group is: the feeder's wait then falls a
     bucket's compute later, and the feeder runs behind that compute instead of holding it."""
-    bucket_of = {m.node: b for b in moved for m in b.members}
+    feeder_of = {w: b for b in moved for m in b.members for w in m.waits}  # a member's waits -> its bucket
     queue: dict[tuple, list[Bucket]] = defaultdict(list)
     for b in moved:
         queue[(b.kind, b.group_name)].append(b)
     for b in buckets:
-        feeders = [f for m in b.members if (f := bucket_of.get(_collective_read(m.input))) is not None and f is not b]
+        feeders = [f for m in b.members if (f := feeder_of.get(m.input)) is not None and f is not b]
         if not feeders:
             continue
         last = max(feeders, key=lambda f: out[id(f)])
@@ -110,17 +110,10 @@ def _after_next_feeder(buckets: list[Bucket], moved: list[Bucket], whens: dict, 
 def with_feeders_buckets(alone: list[Alone], buckets: list[Bucket], whens: dict) -> list[Alone]:
     """`alone`, each collective left out of planning that reduces a merged bucket's result
     given a bucket of its own, so that `issue_positions` can issue it after its feeder's next bucket."""
-    merged = {m.node for b in buckets if len(b.members) > 1 for m in b.members}
+    merged_waits = {w for b in buckets if len(b.members) > 1 for m in b.members for w in m.waits}
     return [dataclasses.replace(a, bucket=Bucket(0, a.collective.kind, (), 0.0, [a.collective], a.collective.nbytes,
                                                  Span.of(whens[a.collective.node])))
-            if a.bucket is None and _collective_read(a.collective.input) in merged else a for a in alone]
-
-
-def _collective_read(node: fx.Node) -> fx.Node | None:
-    """The collective whose result `node` is, through its wait."""
-    if isinstance(node, fx.Node) and node.op == "call_function" and node.target is WAIT and node.args and isinstance(node.args[0], fx.Node):
-        return node.args[0]
-    return None
+            if a.bucket is None and a.collective.input in merged_waits else a for a in alone]
 
 
 def units_in_order(timeline: Timeline, buckets: list[Bucket], issue_at: dict[int, int]) -> list[list[fx.Node]]:
