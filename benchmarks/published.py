@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
 import sys
 
 
@@ -133,8 +132,9 @@ def main(argv=None) -> int:
                         help="activation checkpointing of the simulated steps")
     parser.add_argument("--json", help="write the rows as a JSON list")
     args = parser.parse_args(argv)
-    for name in ("torch._dynamo", "torch._inductor", "torch._functorch", "torch.distributed", "torch._logging"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    from .simulate import quiet_torch_logs
+
+    quiet_torch_logs()
     rows, eff = run(args.compute_efficiency, log=lambda m: print(m, file=sys.stderr, flush=True), ac=args.ac)
     print(f"compute efficiency {eff:.3f} of torch's roofline; activation checkpointing {args.ac}")
     print(table(rows))

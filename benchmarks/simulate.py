@@ -518,6 +518,12 @@ def _suffixed(path: str, suffix: str) -> str:
     return f"{stem}{suffix}.{ext}" if dot else path + suffix
 
 
+def quiet_torch_logs() -> None:
+    """The traces' and passes' chatter off (torch's loggers at ERROR)."""
+    for name in ("torch._dynamo", "torch._inductor", "torch._functorch", "torch.distributed", "torch._logging"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def main(argv=None) -> int:
     from conformance import adapters
 
@@ -544,8 +550,7 @@ def main(argv=None) -> int:
     parser.add_argument("--exposed", type=int, default=0, metavar="K",
                         help="list each pass's K most exposed collectives")
     args = parser.parse_args(argv)
-    for name in ("torch._dynamo", "torch._inductor", "torch._functorch", "torch.distributed", "torch._logging"):
-        logging.getLogger(name).setLevel(logging.ERROR)  # the traces' and passes' chatter
+    quiet_torch_logs()
     try:
         passes = parse_passes(args.passes)
         mesh = parse_mesh(args.mesh)

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
 import multiprocessing
 import os
 import sys
@@ -104,11 +103,6 @@ def overlap_passes() -> dict[str, dict]:
 # One unit, in a worker process.
 
 
-def _quiet() -> None:
-    for name in ("torch._dynamo", "torch._inductor", "torch._functorch", "torch.distributed", "torch._logging"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-
 def _apply(name: str, base, gpu):
     """(graph name, GraphModule) pairs of pass `name` over the traced graphs."""
     from . import simulate as sim
@@ -141,9 +135,10 @@ def run_unit(unit: Unit, gpus: tuple[str, ...], comm_models: tuple[str, ...], ef
              out_dir: str) -> list[dict]:
     """Trace `unit` once; every pass on every GPU under every comm model. Returns the rows."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    _quiet()
     from . import sim_trace
     from . import simulate as sim
+
+    sim.quiet_torch_logs()
 
     start = time.perf_counter()
     program = sim_trace.build(unit.model, unit.world_size, unit.mesh, unit.layers, unit.seq, 1)
