@@ -43,7 +43,7 @@ def rewrite(graph: fx.Graph, planned: Planned, opts: BucketingOptions) -> tuple[
         replaced = replace_members(emitted)
         merged = {m.node: e.collective for e in emitted for m in e.bucket.members}
         place(graph, planned.timeline, emitted, planned.issue_at, chains(planned.issue_order, merged),
-              planned.issued(), replaced)
+              planned.issued(), replaced, planned.reductions_in_flight)
         reports = _describe(graph, emitted, planned, opts, set(replaced))
         graph.lint()
         erase_replaced(graph, replaced)

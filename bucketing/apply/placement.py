@@ -9,7 +9,8 @@ the wait of a collective left as it was. Nodes with side effects stay in their
 segment: everything before a barrier stays before it and everything after
 stays after it. Seeded random nodes keep their order among themselves
 (planning made sure it can). Each group's collectives are chained in the
-plan's issue order.
+plan's issue order, and a reduction is waited for before its group issues
+the reduction of its kind the plan's `reductions_in_flight` places later.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections import defaultdict
 import torch
 import torch.fx as fx
 
-from ..collectives import WAIT, group_of
+from ..collectives import KINDS, WAIT, group_of
 from ..plan.records import Bucket
 from ..plan.timeline import Timeline
 
@@ -51,7 +52,8 @@ def chains(units: list[list[fx.Node]], merged: dict[fx.Node, fx.Node]) -> list[l
 
 
 def place(graph: fx.Graph, timeline: Timeline, emitted: list, issue_at: dict[int, int],
-          issue_chains: list[list[fx.Node]] = (), buckets: list[Bucket] = (), replaced: list[fx.Node] = ()) -> None:
+          issue_chains: list[list[fx.Node]] = (), buckets: list[Bucket] = (), replaced: list[fx.Node] = (),
+          reductions_in_flight: int | None = None) -> None:
     """Put every emitted bucket's nodes where they belong, and the graph in a legal order.
 
     `issue_at` is issue_positions' answer, by bucket id, in `timeline`'s positions;
@@ -60,6 +62,7 @@ def place(graph: fx.Graph, timeline: Timeline, emitted: list, issue_at: dict[int
     collectives, issued in that order whatever the positions say.
     """
     issue_priority, issue_segment, fallback = {}, {}, {}
+    first_issue: dict[fx.Node, fx.Node] = {}  # per collective, the first node that issues it
     for b in buckets:
         at = issue_at.get(id(b))
         node = b.members[0].node
@@ -68,6 +71,7 @@ def place(graph: fx.Graph, timeline: Timeline, emitted: list, issue_at: dict[int
             # the bucket feeding it, with the single-use cast that feeds it, if any
             # (planning counted it ready once the cast's source is).
             moved = [node] if b.members[0].cast_source is None else [b.members[0].input, node]
+            first_issue[node] = moved[0]
             for k, n in enumerate(moved):
                 issue_priority[n] = (at, ISSUE_BEFORE_ORIGINAL, k)
                 issue_segment[n] = timeline.segment[n]
@@ -78,6 +82,7 @@ def place(graph: fx.Graph, timeline: Timeline, emitted: list, issue_at: dict[int
         for k, node in enumerate(e.issue_nodes):
             issue_priority[node] = (first, ISSUE_BEFORE_ORIGINAL, k)
             issue_segment[node] = segment
+        first_issue[e.collective] = e.issue_nodes[0]
         first_wait = min(timeline.position[w] for m in members for w in m.waits)
         for node in e.wait_nodes + [o for o in e.outputs if o is not None]:
             fallback[node] = (first_wait, ORIGINAL, 0)
@@ -92,7 +97,28 @@ def place(graph: fx.Graph, timeline: Timeline, emitted: list, issue_at: dict[int
     # what they read, now their bucket's, early.
     for node in replaced:
         issue_priority[node] = (len(timeline.position), ORIGINAL, 0)
-    reorder(graph, timeline, issue_priority, issue_segment, fallback, issue_chains)
+    reorder(graph, timeline, issue_priority, issue_segment, fallback, issue_chains,
+            waited_before(issue_chains, first_issue, reductions_in_flight))
+
+
+def waited_before(issue_chains: list[list[fx.Node]], first_issue: dict[fx.Node, fx.Node],
+                  depth: int | None) -> list[tuple]:
+    """(wait, node) pairs: each chained reduction's waits go before the first issue
+    node of its group's reduction of its kind `depth` places later. A collective
+    holds its input until it is waited for, and a reduction's first user is often
+    the graph's output: left there, every bucket's gradients would stay alive to
+    the end of the backward."""
+    pairs = []
+    for chain in issue_chains if depth is not None else ():
+        for kind in KINDS:
+            if not kind.reduces:
+                continue
+            mine = [n for n in chain if n.target is kind.target]
+            for earlier, later in zip(mine, mine[depth:]):
+                for wait in earlier.users:
+                    if wait.target is WAIT:
+                        pairs.append((wait, first_issue.get(later, later)))
+    return pairs
 
 
 def _readers_after_mutation(nodes: list[fx.Node]) -> dict[fx.Node, list[fx.Node]]:
@@ -113,11 +139,15 @@ def reorder(
     issue_segment: dict[fx.Node, int],
     fallback_priority: dict[fx.Node, Priority],
     issue_chains: list[list[fx.Node]] = (),
+    waits_before: list[tuple[fx.Node, fx.Node]] = (),
 ) -> None:
     """Move nodes into the stable topological order described above."""
     nodes = list(graph.nodes)
     priority = _priorities(nodes, timeline, issue_priority, fallback_priority, _readers_after_mutation(nodes))
-    successors, indegree = _edges(nodes, timeline, issue_segment, issue_chains)
+    for wait, node in waits_before:
+        pos, middle, k = priority[node]
+        priority[wait] = min(priority[wait], (pos, middle, k - 1))
+    successors, indegree = _edges(nodes, timeline, issue_segment, issue_chains, waits_before)
     tiebreak = {node: i for i, node in enumerate(nodes)}
     ready = [(priority[n], tiebreak[n], n) for n in nodes if indegree[n] == 0]
     heapq.heapify(ready)
@@ -169,9 +199,11 @@ def _priorities(nodes: list[fx.Node], timeline: Timeline, issue_priority: dict[f
 
 
 def _edges(nodes: list[fx.Node], timeline: Timeline, issue_segment: dict[fx.Node, int],
-           issue_chains: list[list[fx.Node]]) -> tuple[dict[fx.Node, list[fx.Node]], dict[fx.Node, int]]:
+           issue_chains: list[list[fx.Node]], waits_before: list[tuple[fx.Node, fx.Node]] = ()
+           ) -> tuple[dict[fx.Node, list[fx.Node]], dict[fx.Node, int]]:
     """(successors, indegree): data edges, the order a copy-out's in-place fill
-    implies, each group's issue chain, the seeded nodes' order, and barrier segments."""
+    implies, each group's issue chain and in-flight bound, the seeded nodes'
+    order, and barrier segments."""
     successors: dict[fx.Node, list[fx.Node]] = defaultdict(list)
     indegree = dict.fromkeys(nodes, 0)
 
@@ -188,6 +220,8 @@ def _edges(nodes: list[fx.Node], timeline: Timeline, issue_segment: dict[fx.Node
     for chain in issue_chains:
         for a, b in zip(chain, chain[1:]):
             edge(a, b)
+    for wait, node in waits_before:
+        edge(wait, node)
     seeded = [n for n in timeline.seeded if n in indegree]
     for a, b in zip(seeded, seeded[1:]):
         edge(a, b)

@@ -75,6 +75,7 @@ def plan(graph: fx.Graph, collectives: list[Collective], policy: Policy) -> Plan
         issue_order=units_in_order(timeline, buckets + kept, issue_at),
         extra_peak_bytes={id(b): memory.extra_peak_bytes(b, whens, issue_at[id(b)], policy.options.copy_out)
                           for b in merged},
+        reductions_in_flight=policy.reductions_in_flight(buckets + kept, whens, issue_at),
     )
 
 

@@ -61,18 +61,19 @@ def issue_positions(buckets: list[Bucket], whens: dict, prefetch: Prefetch = Pre
     """
     out: dict[int, int] = {}
     uses: dict[tuple, list[int]] = defaultdict(list)
-    moved = sorted((b for b in buckets if prefetch.eager or len(b.members) > 1),
+    moved = sorted((b for b in buckets if len(b.members) > 1 or prefetch.eager and not b.held_back),
                    key=lambda b: whens[b.members[0].node].position)
     for b in moved:
         ws: list[When] = [whens[m.node] for m in b.members]
         first = min(w.position for w in ws)
         ready = max(w.ready for w in ws) + 1
         previous = uses[(b.kind, b.group_name)]
+        eager = prefetch.eager and not b.held_back
         if len(previous) >= prefetch.depth:
             gate = previous[-prefetch.depth]
         else:
-            gate = ready if prefetch.eager else first
-        at = lead(b) if lead is not None else None
+            gate = ready if eager else first
+        at = lead(b) if lead is not None and not b.held_back else None
         if at is not None:
             gate = min(gate, at)
         out[id(b)] = max(ready, min(first, gate))

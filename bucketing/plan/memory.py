@@ -46,7 +46,10 @@ def bucket_extra_intervals(bucket, whens: dict, issue: int, copy_out: str = "cop
     """
     ws = [whens[m.node] for m in bucket.members]
     out = []
-    if copy_out != "copy":
+    if len(ws) == 1:  # a collective left alone, moved: its result lives from its issue
+        if issue < ws[0].position:
+            out.append((issue, ws[0].position - 1, ws[0].out_bytes))
+    elif copy_out != "copy":
         clone_at_first_use = copy_out == "views" and bucket.kind.views_clone_members
         held_until = max(w.first_use if clone_at_first_use else w.last_use for w in ws)
         for w in ws:
@@ -92,7 +95,9 @@ def split_to_budget(buckets: list[Bucket], whens: dict, timeline: Timeline, budg
     """The buckets, halved where needed so the estimated peak stays within `budget`
     bytes of the unbucketed one (each bucket issued where `issue_positions` puts it)."""
     merged_bytes = sum(b.nbytes for b in buckets if len(b.members) > 1 and not b.explicit)
-    if MAX_GROWTH_PER_MERGED_BYTE * merged_bytes <= budget:
+    moved = issue_positions(buckets)
+    moved_bytes = sum(b.nbytes for b in buckets if len(b.members) == 1 and id(b) in moved)
+    if MAX_GROWTH_PER_MERGED_BYTE * merged_bytes + moved_bytes <= budget:
         return buckets
     base_live = live_bytes(timeline)
     limit = max(base_live, default=0) + budget
@@ -103,9 +108,71 @@ def split_to_budget(buckets: list[Bucket], whens: dict, timeline: Timeline, budg
         culprit = max(buckets, key=lambda b: adds.get(id(b), 0))
         if adds.get(id(culprit), 0) == 0:
             return buckets
+        if not culprit.held_back:  # issued later first; halved once that is not enough
+            culprit.held_back = True
+            continue
         i = next(k for k, b in enumerate(buckets) if b is culprit)
         buckets[i:i + 1] = halve(culprit, f"split to keep the estimated peak within the memory budget "
                                           f"({budget:.0f} bytes over the unbucketed peak)")
+
+
+# The reduction depths tried, deepest first; None: each waited for at its result's
+# first use (often the graph's output).
+REDUCTION_DEPTHS = (None, 4, 2, 1)
+
+
+def reduction_waits(buckets: list[Bucket], whens: dict, issue: dict[int, int], depth: int | None) -> dict[int, int]:
+    """Per reduction bucket (by id), where it is waited for: at its result's first
+    use, or before the issue of its group's bucket of its kind `depth` later if sooner
+    (placement.waited_before)."""
+    order: dict[tuple, list[Bucket]] = {}
+    for b in buckets:
+        if b.kind.reduces:
+            order.setdefault((b.kind.name, b.group_name), []).append(b)
+    out = {}
+    for queue in order.values():
+        queue.sort(key=lambda b: _issued_at(b, whens, issue))
+        for k, b in enumerate(queue):
+            at = min(whens[m.node].first_use for m in b.members)
+            if depth is not None and k + depth < len(queue):
+                at = min(at, _issued_at(queue[k + depth], whens, issue))
+            out[id(b)] = at
+    return out
+
+
+def _issued_at(b: Bucket, whens: dict, issue: dict[int, int]) -> int:
+    return issue.get(id(b), min(whens[m.node].position for m in b.members))
+
+
+def reductions_in_flight(buckets: list[Bucket], whens: dict, timeline: Timeline, budget: float, copy_out: str,
+                         issue: dict[int, int]) -> int | None:
+    """The deepest of REDUCTION_DEPTHS whose reductions' inputs, each held from its
+    issue to its wait (a collective holds its input until then), keep the estimated
+    peak within `budget` bytes of the unbucketed one; the shallowest where none does."""
+    base_live = live_bytes(timeline)
+    limit = max(base_live, default=0) + budget
+    merged = [interval for b in buckets if not b.explicit and id(b) in issue
+              for interval in bucket_extra_intervals(b, whens, issue[id(b)], copy_out)]
+    for depth in REDUCTION_DEPTHS:
+        waits = reduction_waits(buckets, whens, issue, depth)
+        held = [(_issued_at(b, whens, issue), waits[id(b)], sum(whens[m.node].in_bytes for m in b.members))
+                for b in buckets if id(b) in waits]
+        if _worst(base_live, merged + held) <= limit:
+            return depth
+    return REDUCTION_DEPTHS[-1]
+
+
+def _worst(base_live: list[int], intervals: list[tuple[int, int, int]]) -> int:
+    """The most live bytes at any position: `base_live` with `intervals` added."""
+    extra = [0] * (len(base_live) + 2)
+    for start, end, nbytes in intervals:
+        extra[start] += nbytes
+        extra[end + 1] -= nbytes
+    live, worst = 0, 0
+    for t, base in enumerate(base_live):
+        live += extra[t]
+        worst = max(worst, base + live)
+    return worst
 
 
 def _peak(buckets: list[Bucket], whens: dict, base_live: list[int], limit: float, copy_out: str,
@@ -115,7 +182,7 @@ def _peak(buckets: list[Bucket], whens: dict, base_live: list[int], limit: float
     extra = [0] * (len(base_live) + 2)
     per_bucket = {}
     for b in buckets:
-        if len(b.members) < 2 or b.explicit:  # the user's module_buckets entries stay whole
+        if b.explicit or id(b) not in issue:  # the user's module_buckets entries stay whole
             continue
         per_bucket[id(b)] = intervals = bucket_extra_intervals(b, whens, issue[id(b)], copy_out)
         for start, end, nbytes in intervals:
@@ -151,8 +218,10 @@ def live_bytes(timeline: Timeline) -> list[int]:
     A tensor is allocated by the node that makes it and lives until the last
     user of it or of any view of it (views, including a collective's wait, add
     no bytes). An op returning several tensors counts each at its `getitem`,
-    so each is freed on its own. Graph inputs are not counted. A coarse
-    estimate, the same for every variant, good enough to compare plans of one graph.
+    so each is freed on its own. Graph inputs the caller holds are not
+    counted; a compiled backward's own inputs (`freed_inputs`) are, from the
+    start to their last use. A coarse estimate, the same for every variant,
+    good enough to compare plans of one graph.
     """
     nodes, order = timeline.nodes, timeline.position
     owner: dict[fx.Node, fx.Node] = {}
@@ -162,13 +231,14 @@ def live_bytes(timeline: Timeline) -> list[int]:
         owner[node] = owner.get(inputs[0], inputs[0]) if inputs and _is_alias(node) else node
         for inp in inputs:
             last_use[owner.get(inp, inp)] = i
+    counted_inputs = freed_inputs(nodes)
     frees: dict[int, int] = {}
     live = 0
     out = []
     for node in nodes:
         val = node.meta.get("val")
-        if owner[node] is node and node.op not in ("placeholder", "output", "get_attr") \
-                and not isinstance(val, (list, tuple)):
+        counted = node in counted_inputs or node.op not in ("placeholder", "output", "get_attr")
+        if owner[node] is node and counted and not isinstance(val, (list, tuple)):
             size = _nbytes(val)
             live += size
             end = last_use.get(node, order[node])
@@ -176,6 +246,22 @@ def live_bytes(timeline: Timeline) -> list[int]:
         out.append(live)
         live -= frees.pop(order[node], 0)
     return out
+
+
+# AOTAutograd's names: the caller's inputs (parameters, batch) and a
+# backward's incoming gradients.
+CALLER_INPUT_PREFIX = "primals_"
+TANGENT_PREFIX = "tangents_"
+
+
+def freed_inputs(nodes: list[fx.Node]) -> set[fx.Node]:
+    """The inputs of a compiled backward (one that takes tangents) other than the
+    caller's: the activations saved for it and the tangents, which it frees
+    after their last use, as they are its own. Any other graph's inputs are the caller's."""
+    inputs = [n for n in nodes if n.op == "placeholder"]
+    if not any(n.name.startswith(TANGENT_PREFIX) for n in inputs):
+        return set()
+    return {n for n in inputs if not n.name.startswith(CALLER_INPUT_PREFIX)}
 
 
 def _is_alias(node: fx.Node) -> bool:

@@ -66,12 +66,15 @@ class Bucket:
     # the rest are not held over the compute between (a policy decides which).
     # Never every member (set_apart): there is always a rest.
     apart: frozenset = frozenset()  # of member nodes
+    # Issued no earlier than the prefetch depth allows, neither led nor eager
+    # (issue.Prefetch): the memory budget cannot afford more (memory.split_to_budget).
+    held_back: bool = False
 
     def part(self, members: list[Collective], alone_reason: str = "") -> Bucket:
         """A bucket of some of these members (a split keeps key, index and cap)."""
         return Bucket(self.index, self.kind, self.key, self.cap_bytes, list(members),
                       sum(m.nbytes for m in members), alone_reason=alone_reason,
-                      module=self.module, explicit=self.explicit).set_apart(self.apart)
+                      module=self.module, explicit=self.explicit, held_back=self.held_back).set_apart(self.apart)
 
     def set_apart(self, nodes) -> Bucket:
         """Copy out the members among `nodes` apart from the rest; none where that is
@@ -125,6 +128,9 @@ class Planned:
     issue_at: dict[int, int]  # per bucket moved (by id): the position it is issued before
     issue_order: list[list[fx.Node]]  # every collective in issue units, in the order each group issues
     extra_peak_bytes: dict[int, int]  # per merged bucket (by id): the most it adds to live bytes
+    # Reductions of one kind and group issued and not yet waited for, at most
+    # (memory.reductions_in_flight); None: each waited for at its result's first use.
+    reductions_in_flight: int | None = None
 
     def issued(self) -> list[Bucket]:
         """Every bucket the issue order places, those of a collective left alone included."""
