@@ -41,6 +41,8 @@ import os
 import sys
 import time
 
+from . import ablation
+
 TRACE_GPU = "h200"
 GPUS = ("a100", "h100", "h200")
 SEQS = (2048, 8192)
@@ -94,6 +96,11 @@ def grid(kind: str = "full") -> tuple[list[Unit], tuple[str, ...]]:
     return units, tuple(spec["gpus"])
 
 
+def ablation_passes() -> list[str]:
+    """The candidate with one rule off, per rule (benchmarks/ablation.py)."""
+    return [ablation.pass_name(rule) for rule in ablation.RULES]
+
+
 def overlap_passes() -> dict[str, dict]:
     """Pass name -> the overlap scheduler's adapter options, one per search setting."""
     return {f"torch-overlap:{name}": options for name, options in OVERLAP_SEARCH.items()}
@@ -118,6 +125,10 @@ def _apply(name: str, base, gpu):
                 adapters.load("torch-overlap").apply_fx(copy, **options)
             out.append((g, copy))
         return out
+    rule = ablation.rule_of(name)
+    if rule is not None:
+        with ablation.turned_off(rule):
+            return [(g, sim.apply_pass(CANDIDATE, gm, gpu)) for g, gm in base]
     return [(g, sim.apply_pass(name, gm, gpu)) for g, gm in base]
 
 
@@ -132,7 +143,7 @@ def _play(name: str, graphs, base_names, estimator, gpu):
 
 
 def run_unit(unit: Unit, gpus: tuple[str, ...], comm_models: tuple[str, ...], efficiency: float,
-             out_dir: str) -> list[dict]:
+             out_dir: str, ablate: bool = False) -> list[dict]:
     """Trace `unit` once; every pass on every GPU under every comm model. Returns the rows."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from . import sim_trace
@@ -145,7 +156,7 @@ def run_unit(unit: Unit, gpus: tuple[str, ...], comm_models: tuple[str, ...], ef
     traced = sim_trace.trace(program, sim_trace.gpu(TRACE_GPU))
     base = [("forward", traced.graphs[0]), ("backward", traced.graphs[1])]
     base_names = [{n.name for n in gm.graph.nodes} for _, gm in base]
-    names = list(PASSES) + list(overlap_passes())
+    names = list(PASSES) + list(overlap_passes()) + (ablation_passes() if ablate else [])
     once: dict = {}
     rows = []
     for gpu_name in gpus:
@@ -210,7 +221,7 @@ def verdicts(rows: list[dict], candidate: str = CANDIDATE) -> list[dict]:
             continue
         torch_passes = [p for p in by if p in ("torch", "torch-overlap-best")]
         best_torch = min(by[p]["step_ms"] for p in torch_passes) if torch_passes else None
-        others = [r["exposed_comm_ms"] for p, r in by.items() if p != candidate]
+        others = [r["exposed_comm_ms"] for p, r in by.items() if p != candidate and ablation.rule_of(p) is None]
         peak_limit = by["unbucketed"]["peak_bytes"] + 2 * (c["block_bytes"] or 0) if "unbucketed" in by else None
         out.append({
             "cell": key, "step_ms": c["step_ms"], "step_over_bound": c["step_over_bound"],
@@ -238,6 +249,7 @@ def summary(rows: list[dict]) -> str:
     lines = []
     order = ["unbucketed", "torch", *overlap_passes(), "torch-overlap-best", "project", "project-merge_all"]
     passes = [p for p in order if any(r["pass"] == p for r in rows)]
+    rows_ablated, rows = rows, [r for r in rows if ablation.rule_of(r["pass"]) is None]
     for model, gpu in sorted({(r["model"], r["gpu"]) for r in rows}):
         sub = [r for r in rows if r["model"] == model and r["gpu"] == gpu]
         lines += [f"### {model}, {gpu}", "",
@@ -275,7 +287,50 @@ def summary(rows: list[dict]) -> str:
     lines += ["", "Per-graph bound: each graph's max(compute, busiest stream) summed; a backward's "
               "reductions cannot hide behind the forward, so where the backward's communication exceeds its "
               "compute, step ÷ bound cannot reach 1.10 whatever the pass."]
+    if len(rows_ablated) > len(rows):
+        lines += ["", *ablation_summary(rows_ablated)]
     return "\n".join(lines) + "\n"
+
+
+TARGETS = ("bound", "torch", "exposed", "peak")
+
+
+def ablation_summary(rows: list[dict]) -> list[str]:
+    """Per rule: the cells where the default meets a target and the rule turned off
+    misses it, and the worst change in step, exposed communication and peak."""
+    base = {v["cell"]: v for v in verdicts(rows)}
+    lines = ["### Each rule turned off", "",
+             "targets the default meets and the rule off misses (cells, of "
+             f"{len(base)}); worst change of the rule off against the default, with its cell", ""]
+    body = []
+    for rule, (what, _) in ablation.RULES.items():
+        name = ablation.pass_name(rule)
+        off = {v["cell"]: v for v in verdicts(rows, candidate=name)}
+        cells = [k for k in base if k in off]
+        if not cells:
+            continue
+        lost = {t: sum(base[k][t] and not off[k][t] for k in cells) for t in TARGETS}
+        gained = sum(not base[k][t] and off[k][t] for k in cells for t in TARGETS)
+
+        def worst(field: str, ratio: bool):
+            key = (lambda k: off[k][field] / base[k][field] if base[k][field] else 1.0) if ratio else \
+                (lambda k: off[k][field] - base[k][field])
+            k = max(cells, key=key)
+            return key(k), k
+        step, step_at = worst("step_ms", True)
+        fastest = min(cells, key=lambda k: off[k]["step_ms"] / base[k]["step_ms"])
+        exposed, exposed_at = worst("exposed_comm_ms", False)
+        peak, peak_at = worst("peak_gib", False)
+        body.append([f"`{rule}`: {what}", ", ".join(f"{t} {n}" for t, n in lost.items() if n) or "none",
+                     str(gained), f"x{step:.3f} ({_cell(step_at)})",
+                     f"x{off[fastest]['step_ms'] / base[fastest]['step_ms']:.3f} ({_cell(fastest)})",
+                     f"{exposed:+.0f} ms ({_cell(exposed_at)})", f"{peak:+.2f} GiB ({_cell(peak_at)})"])
+    return lines + _md(["rule", "targets lost", "targets gained", "slowest step", "fastest step",
+                        "most exposed", "highest peak"], body)
+
+
+def _cell(key: tuple) -> str:
+    return " ".join(str(k) for k in key)
 
 
 def _mark(ok: bool, text: str) -> str:
@@ -322,6 +377,8 @@ def main(argv=None) -> int:
     parser.add_argument("--compute-efficiency", type=float, default=1.0, metavar="E",
                         help="the fraction of torch's roofline speed the compute reaches")
     parser.add_argument("--only", help="run only the units whose name contains this")
+    parser.add_argument("--ablate", action="store_true",
+                        help="also run the candidate with each planning rule turned off (benchmarks/ablation.py)")
     parser.add_argument("--resume", action="store_true",
                         help="reuse the cells OUT/cells already holds (same grid and comm models) instead of "
                              "running their traces again")
@@ -342,11 +399,12 @@ def main(argv=None) -> int:
     rows, todo = [], []
     for u in units:
         done = _cells_of(u, gpus, args.out) if args.resume else None
-        if done is not None and {r["comm_model"] for r in done} >= set(comm_models):
+        ablated = done is not None and any(ablation.rule_of(r["pass"]) for r in done)
+        if done is not None and {r["comm_model"] for r in done} >= set(comm_models) and ablated >= args.ablate:
             rows += [r for r in done if r["comm_model"] in comm_models]
         else:
             todo.append(u)
-    work = [(u, gpus, comm_models, args.compute_efficiency, args.out) for u in todo]
+    work = [(u, gpus, comm_models, args.compute_efficiency, args.out, args.ablate) for u in todo]
     # Largest traces first, so the two workers finish together.
     work.sort(key=lambda w: -(w[0].world_size * w[0].seq * (w[0].layers or 32)))
     with multiprocessing.get_context("spawn").Pool(args.jobs, maxtasksperchild=4) as pool:

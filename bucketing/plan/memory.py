@@ -148,11 +148,12 @@ def reductions_in_flight(buckets: list[Bucket], whens: dict, timeline: Timeline,
                          issue: dict[int, int]) -> int | None:
     """The deepest of REDUCTION_DEPTHS whose reductions' inputs, each held from its
     issue to its wait (a collective holds its input until then), keep the estimated
-    peak within `budget` bytes of the unbucketed one; the shallowest where none does."""
+    peak within `budget` bytes of the unbucketed one, or within what the buckets
+    already reach without them; the shallowest where none does."""
     base_live = live_bytes(timeline)
-    limit = max(base_live, default=0) + budget
     merged = [interval for b in buckets if not b.explicit and id(b) in issue
               for interval in bucket_extra_intervals(b, whens, issue[id(b)], copy_out)]
+    limit = max(max(base_live, default=0) + budget, _worst(base_live, merged))
     for depth in REDUCTION_DEPTHS:
         waits = reduction_waits(buckets, whens, issue, depth)
         held = [(_issued_at(b, whens, issue), waits[id(b)], sum(whens[m.node].in_bytes for m in b.members))
