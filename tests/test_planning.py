@@ -266,3 +266,26 @@ def test_a_collective_with_several_waits_and_a_direct_reader_merges_and_each_rea
     assert part.meta["val"].shape == (2, 3)
     assert not any(n.target is c10d.wait_tensor.default and n.args[0] is collective for n in gm.graph.nodes)
     gm.graph.lint()
+
+
+def test_the_memory_split_ends_where_only_an_unsplittable_collective_raises_the_peak(monkeypatch):
+    """A collective alone and already held back is over the budget by itself: the
+    split stops (before, it halved it into itself and an empty part, forever)."""
+    from types import SimpleNamespace
+
+    from bucketing.plan import memory
+    from bucketing.plan.records import Bucket
+
+    member = SimpleNamespace(nbytes=1 << 30, node=object())
+    alone = Bucket(0, None, "k", 1 << 20, [member], member.nbytes, held_back=True)
+    pair = Bucket(1, None, "k", 1 << 31, [SimpleNamespace(nbytes=4, node=object())] * 2, 8)
+    monkeypatch.setattr(memory, "live_bytes", lambda timeline: [0])
+    calls = []
+
+    def peak(buckets, *args):
+        calls.append(len(buckets))
+        assert len(calls) < 10, "the split does not end"
+        return 0, {id(b): b.nbytes for b in buckets if b is alone}
+    monkeypatch.setattr(memory, "_peak", peak)
+    out = memory.split_to_budget([alone, pair], {}, None, 0, "copy", lambda bs: {id(b): 0 for b in bs})
+    assert out == [alone, pair] and calls == [2]

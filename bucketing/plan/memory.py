@@ -105,9 +105,11 @@ def split_to_budget(buckets: list[Bucket], whens: dict, timeline: Timeline, budg
         at, adds = _peak(buckets, whens, base_live, limit, copy_out, issue_positions(buckets))
         if at is None:
             return buckets
-        culprit = max(buckets, key=lambda b: adds.get(id(b), 0))
-        if adds.get(id(culprit), 0) == 0:
+        # A collective alone and already held back cannot give more: the next one that can.
+        can_give = [b for b in buckets if adds.get(id(b), 0) > 0 and (len(b.members) > 1 or not b.held_back)]
+        if not can_give:
             return buckets
+        culprit = max(can_give, key=lambda b: adds[id(b)])
         if not culprit.held_back:  # issued later first; halved once that is not enough
             culprit.held_back = True
             continue
