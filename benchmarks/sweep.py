@@ -1,7 +1,8 @@
 """The simulated step over a grid: models, GPUs, sequence lengths, world sizes and meshes.
 
     python -m benchmarks.sweep [--out results/sweep] [--jobs 2] [--grid full|quick]
-        [--comm-models torch,measured] [--compute-efficiency E]
+        [--comm-models torch,measured] [--compute-efficiency E] [--only TEXT]
+        [--ablate] [--resume]
 
 Every pass runs side by side in every cell (benchmarks/simulate.py does one
 cell). A cell is (model, GPU, sequence length, mesh); the grid:
@@ -22,8 +23,15 @@ estimates under both, as they would on a real cluster.
 
 torch's overlap scheduler runs at its defaults (`torch-overlap:defaults`), as
 torchtitan's graph trainer sets it (`torch-overlap:titan`) and over a small
-search of its knobs (`OVERLAP_SEARCH`); `torch-overlap-best` is, per cell and
-comm model, the setting with the shortest step.
+search of its knobs (`OVERLAP_SEARCH`: memory, bytes in flight and compute
+prefetched over relaxed together; the same with a larger bucket cap);
+`torch-overlap-best` is, per cell and comm model, the setting with the
+shortest step.
+
+`--ablate` also runs the default options with each planning rule turned off
+(benchmarks/ablation.py) and adds a table of what each rule's absence costs.
+`--resume` keeps the rows a previous run wrote and runs only the passes a
+unit's cells lack.
 
 Writes `OUT/cells/<cell>.json` (the rows of every pass and comm model),
 `OUT/sweep.json` (all rows) and `OUT/summary.md` (a table per model and GPU,
@@ -59,12 +67,17 @@ QUICK = {"models": {"llama3-8b": 2}, "gpus": ("h100",), "seqs": (2048,),
 # Inductor's config defaults, of which one differs from the function's: fusion regions on.
 # (Its compute estimator there is "benchmark", which needs a GPU: the analytical one stands in.)
 TITAN_OVERLAP = {"enable_fusion_regions": True}
+# More room to prefetch than the defaults: memory (1 GB / 5% of the peak), bytes in flight
+# (5 GB) and compute nodes prefetched over (200 matmuls).
+RELAXED = {**TITAN_OVERLAP, "max_memory_increase_gb": 4.0, "max_memory_increase_ratio": 0.2,
+           "max_in_flight_gb": 10.0, "max_compute_pre_fetch": 400}
 # A small search over the scheduler's documented knobs; each entry is adapter options.
 OVERLAP_SEARCH = {
     "defaults": {},
     "titan": TITAN_OVERLAP,
-    # More memory for prefetching than the defaults' 1 GB / 5% of the peak.
-    "memory-relaxed": {**TITAN_OVERLAP, "max_memory_increase_gb": 4.0, "max_memory_increase_ratio": 0.2},
+    "prefetch-relaxed": RELAXED,
+    # Larger buckets than FSDP pre-bucketing's default cap (torch's bucket_cap_mb_by_bucket_idx_default).
+    "bucket-cap-400mb": {**RELAXED, "bucket_cap_mb": 400},
 }
 GPU_INDEPENDENT = ("unbucketed", "torch")
 PASSES = ("unbucketed", "torch", "project", "project-merge_all")
@@ -94,6 +107,11 @@ def grid(kind: str = "full") -> tuple[list[Unit], tuple[str, ...]]:
     units = [Unit(m, layers, s, label, n, mesh) for m, layers in spec["models"].items() for s in spec["seqs"]
              for label, n, mesh in spec["meshes"]]
     return units, tuple(spec["gpus"])
+
+
+def pass_names(ablate: bool) -> list[str]:
+    """The passes every cell runs (the ablations with `ablate`)."""
+    return list(PASSES) + list(overlap_passes()) + (ablation_passes() if ablate else [])
 
 
 def ablation_passes() -> list[str]:
@@ -143,8 +161,9 @@ def _play(name: str, graphs, base_names, estimator, gpu):
 
 
 def run_unit(unit: Unit, gpus: tuple[str, ...], comm_models: tuple[str, ...], efficiency: float,
-             out_dir: str, ablate: bool = False) -> list[dict]:
-    """Trace `unit` once; every pass on every GPU under every comm model. Returns the rows."""
+             out_dir: str, ablate: bool = False, done: list[dict] | None = None) -> list[dict]:
+    """Trace `unit` once; every pass on every GPU under every comm model, but those the
+    rows `done` (of a previous run) already hold. Returns the rows, `done`'s among them."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from . import sim_trace
     from . import simulate as sim
@@ -156,14 +175,15 @@ def run_unit(unit: Unit, gpus: tuple[str, ...], comm_models: tuple[str, ...], ef
     traced = sim_trace.trace(program, sim_trace.gpu(TRACE_GPU))
     base = [("forward", traced.graphs[0]), ("backward", traced.graphs[1])]
     base_names = [{n.name for n in gm.graph.nodes} for _, gm in base]
-    names = list(PASSES) + list(overlap_passes()) + (ablation_passes() if ablate else [])
+    done = [r for r in done or [] if r["pass"] != "torch-overlap-best" and r["comm_model"] in comm_models]
     once: dict = {}
     rows = []
     for gpu_name in gpus:
         gpu = sim_trace.gpu(gpu_name)
         estimator = sim.Estimator(gpu, compute_efficiency=efficiency)
-        cell_rows = []
-        for name in names:
+        cell_rows = [r for r in done if r["gpu"] == gpu_name]
+        had = {r["pass"] for r in cell_rows}
+        for name in [n for n in pass_names(ablate) if n not in had]:
             t0 = time.perf_counter()
             graphs = once.get(name) or _apply(name, base, gpu)
             if name in GPU_INDEPENDENT:
@@ -365,6 +385,24 @@ def _cells_of(unit: Unit, gpus: tuple[str, ...], out_dir: str) -> list[dict] | N
     return rows
 
 
+def resumed(units: list[Unit], gpus: tuple[str, ...], comm_models: tuple[str, ...], ablate: bool,
+            out_dir: str) -> tuple[list[dict], list[tuple[Unit, list[dict] | None]]]:
+    """The rows of the units `out_dir` holds whole, and the rest, each with the rows
+    it has (None: it runs again whole, as where a comm model or a GPU is missing)."""
+    rows, todo = [], []
+    for u in units:
+        done = _cells_of(u, gpus, out_dir)
+        if done is not None and not {r["comm_model"] for r in done} >= set(comm_models):
+            done = None
+        have = {(r["gpu"], r["pass"], r["comm_model"]) for r in done or []}
+        if done is not None and all((g, p, cm) in have for g in gpus for p in pass_names(ablate)
+                                    for cm in comm_models):
+            rows += [r for r in done if r["comm_model"] in comm_models]
+        else:
+            todo.append((u, done))  # a pass missing (a new search setting, the ablations): only those run
+    return rows, todo
+
+
 def main(argv=None) -> int:
     from . import simulate as sim
 
@@ -380,8 +418,7 @@ def main(argv=None) -> int:
     parser.add_argument("--ablate", action="store_true",
                         help="also run the candidate with each planning rule turned off (benchmarks/ablation.py)")
     parser.add_argument("--resume", action="store_true",
-                        help="reuse the cells OUT/cells already holds (same grid and comm models) instead of "
-                             "running their traces again")
+                        help="reuse the rows OUT/cells already holds: a unit runs only the passes its cells lack")
     args = parser.parse_args(argv)
     try:
         units, gpus = grid(args.grid)
@@ -396,15 +433,11 @@ def main(argv=None) -> int:
         units = [u for u in units if args.only in u.name]
     os.makedirs(os.path.join(args.out, "cells"), exist_ok=True)
     start = time.perf_counter()
-    rows, todo = [], []
-    for u in units:
-        done = _cells_of(u, gpus, args.out) if args.resume else None
-        ablated = done is not None and any(ablation.rule_of(r["pass"]) for r in done)
-        if done is not None and {r["comm_model"] for r in done} >= set(comm_models) and ablated >= args.ablate:
-            rows += [r for r in done if r["comm_model"] in comm_models]
-        else:
-            todo.append(u)
-    work = [(u, gpus, comm_models, args.compute_efficiency, args.out, args.ablate) for u in todo]
+    if args.resume:
+        rows, todo = resumed(units, gpus, comm_models, args.ablate, args.out)
+    else:
+        rows, todo = [], [(u, None) for u in units]
+    work = [(u, gpus, comm_models, args.compute_efficiency, args.out, args.ablate, done) for u, done in todo]
     # Largest traces first, so the two workers finish together.
     work.sort(key=lambda w: -(w[0].world_size * w[0].seq * (w[0].layers or 32)))
     with multiprocessing.get_context("spawn").Pool(args.jobs, maxtasksperchild=4) as pool:

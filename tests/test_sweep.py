@@ -209,3 +209,26 @@ def test_the_ablation_table_counts_the_targets_a_rule_off_loses():
     # The ablation pass is no competitor of the default: its exposure is not the least other.
     (v,) = sweep.verdicts(rows)
     assert v["least_other_exposed_ms"] == 90
+
+
+def test_resume_runs_only_the_passes_a_unit_lacks(tmp_path):
+    import json
+
+    units, gpus = sweep.grid("quick")
+    whole, partial, missing = units[0], units[1], sweep.Unit("m", 1, 2048, "fsdp-8", 8, None)
+    (tmp_path / "cells").mkdir()
+
+    def write(unit, passes):
+        for gpu in gpus:
+            rows = [{"pass": p, "gpu": gpu, "comm_model": cm} for p in passes for cm in ("torch", "measured")]
+            (tmp_path / "cells" / f"{unit.name}-{gpu}.json").write_text(json.dumps(rows))
+    write(whole, sweep.pass_names(ablate=False))
+    write(partial, sweep.pass_names(ablate=False)[:-1])  # a search setting added since
+    rows, todo = sweep.resumed([whole, partial, missing], gpus, ("torch", "measured"), False, str(tmp_path))
+    assert len(rows) == 2 * len(sweep.pass_names(ablate=False)) * len(gpus)
+    assert [(u, done is None) for u, done in todo] == [(partial, False), (missing, True)]
+    # The ablations are missing from every unit once asked for; a comm model missing runs a unit whole.
+    _, todo = sweep.resumed([whole], gpus, ("torch", "measured"), True, str(tmp_path))
+    assert [u for u, done in todo if done] == [whole]
+    _, todo = sweep.resumed([whole], gpus, ("torch", "other"), False, str(tmp_path))
+    assert todo == [(whole, None)]
