@@ -22,7 +22,8 @@ binding) run on fake CPU tensors of the same layout (`Traced.cuda_fallbacks`
 counts them).
 
 Sharding is torchtitan's SimpleFSDP: each parameter a DTensor sharded on dim 0
-(or replicated x sharded on a 2-D HSDP mesh), read through a property that
+(dim 1 where dim 0 has fewer rows than the group has ranks, as torchtitan shards
+experts; replicated x sharded on a 2-D HSDP mesh), read through a property that
 calls a parametrization module held in its closure; the gather runs under a
 selective-checkpoint policy that recomputes it in the backward (reshard after
 forward), so the backward graph all-gathers each parameter again.
@@ -331,13 +332,17 @@ def shard_meta_model(model: torch.nn.Module, mesh, dtype_of: Callable[[torch.nn.
     from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    placements = [Shard(0)] if mesh.ndim == 1 else [Replicate(), Shard(0)]
+    shards = mesh.size(mesh.ndim - 1)
     for module in list(model.modules()):
         names = [n for n, p in module.named_parameters(recurse=False) if p is not None]
         if not names:
             continue
         for name in names:
             shape = module._parameters[name].shape
+            # Fewer rows than ranks (8 experts over 64): dim 1, as torchtitan shards experts,
+            # rather than gathering a shard of padding from every rank.
+            dim = 1 if len(shape) > 1 and shape[0] < shards else 0
+            placements = [Shard(dim)] if mesh.ndim == 1 else [Replicate(), Shard(dim)]
             local_shape, _ = compute_local_shape_and_global_offset(shape, mesh, placements)
             local = torch.empty(local_shape, dtype=dtype_of(module, name))
             stride = torch.empty(shape, device="meta").stride()
