@@ -181,9 +181,42 @@ def fake_device(g: Gpu, nodes_of: int | None = None):
         yield g
 
 
+@contextlib.contextmanager
 def estimation(g: Gpu):
     """The context estimates and passes run in: GPU `g`, nodes of 8."""
-    return fake_device(g, nodes_of=GPUS_PER_NODE)
+    with fake_device(g, nodes_of=GPUS_PER_NODE), getitem_roofline_once():
+        yield g
+
+
+@contextlib.contextmanager
+def getitem_roofline_once():
+    """Inside, torch's roofline estimate of a `getitem` is computed once per (input, output
+    layout) and reused: the same numbers, sooner. The roofline of a getitem reads its whole
+    input tuple, so a gathered parameter chunked into 1,024 ranks' pieces and joined on dim 1
+    costs 1,024 x 1,024 tensor reads to estimate, minutes per graph in the overlap scheduler;
+    the estimate depends on nothing but the input and the output's shape, stride and dtype."""
+    import operator
+
+    from torch._inductor.fx_passes import overlap_scheduling
+
+    roofline = getattr(overlap_scheduling, "estimate_roofline_runtime_ms", None)
+    if roofline is None:  # torch 2.11: no roofline estimate
+        yield
+        return
+    memo: dict = {}
+
+    def once(node):
+        out = node.meta.get("val")
+        if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) \
+                and isinstance(out, torch.Tensor) and all(isinstance(d, int) for d in (*out.shape, *out.stride())):
+            key = (node.args[0], tuple(out.shape), tuple(out.stride()), out.dtype)
+            if key not in memo:
+                memo[key] = roofline(node)
+            return memo[key]
+        return roofline(node)
+
+    with mock.patch.object(overlap_scheduling, "estimate_roofline_runtime_ms", once):
+        yield
 
 
 def link_figures(g: Gpu) -> dict:

@@ -42,6 +42,7 @@ target, with its numbers), and prints the summary.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import multiprocessing
@@ -140,7 +141,16 @@ def _apply(name: str, base, gpu):
         for g, gm in base:
             copy = sim.copy_module(gm)
             with sim.sim_trace.estimation(gpu):
-                adapters.load("torch-overlap").apply_fx(copy, **options)
+                try:
+                    adapters.load("torch-overlap").apply_fx(copy, **options)
+                except RuntimeError as e:
+                    if "cyclic" not in str(e):
+                        raise
+                    # The scheduler's own remedy, which its error names; the row says it was used.
+                    copy = sim.copy_module(gm)
+                    with autofix_cycles():
+                        adapters.load("torch-overlap").apply_fx(copy, **options)
+                    copy.meta[AUTOFIXED] = True
             out.append((g, copy))
         return out
     rule = ablation.rule_of(name)
@@ -148,6 +158,24 @@ def _apply(name: str, base, gpu):
         with ablation.turned_off(rule):
             return [(g, sim.apply_pass(CANDIDATE, gm, gpu)) for g, gm in base]
     return [(g, sim.apply_pass(name, gm, gpu)) for g, gm in base]
+
+
+AUTOFIXED = "sweep_autofix_cycles"
+
+
+@contextlib.contextmanager
+def autofix_cycles():
+    """torch's overlap scheduler with `overlap_scheduling_autofix_cycles` on: where its
+    bucketing would make a cycle (an extra dependency against the graph's order) it drops
+    the dependency instead of raising."""
+    import torch._inductor.config as inductor_config
+
+    opts = inductor_config.aten_distributed_optimizations
+    if not hasattr(opts, "overlap_scheduling_autofix_cycles"):
+        yield
+        return
+    with inductor_config.patch({"aten_distributed_optimizations.overlap_scheduling_autofix_cycles": True}):
+        yield
 
 
 def _play(name: str, graphs, base_names, estimator, gpu):
@@ -185,7 +213,16 @@ def run_unit(unit: Unit, gpus: tuple[str, ...], comm_models: tuple[str, ...], ef
         had = {r["pass"] for r in cell_rows}
         for name in [n for n in pass_names(ablate) if n not in had]:
             t0 = time.perf_counter()
-            graphs = once.get(name) or _apply(name, base, gpu)
+            try:
+                graphs = once.get(name) or _apply(name, base, gpu)
+            except Exception as e:  # torch's pass failing on a graph: the cell says so, the sweep goes on
+                if name in PASSES:
+                    raise
+                print(f"{unit.name}-{gpu_name}: {name} failed: {e}", file=sys.stderr, flush=True)
+                cell_rows += [{"pass": name, "model": unit.model, "gpu": gpu_name, "seq": unit.seq,
+                               "mesh": unit.mesh_label, "comm_model": cm, "failed": str(e).splitlines()[0][:300]}
+                              for cm in comm_models]
+                continue
             if name in GPU_INDEPENDENT:
                 once[name] = graphs
             pass_s = time.perf_counter() - t0
@@ -196,6 +233,8 @@ def run_unit(unit: Unit, gpus: tuple[str, ...], comm_models: tuple[str, ...], ef
                 graph_bound = sum(max(g.compute_ms, max(g.comm_ms.values(), default=0.0)) for g in step.graphs)
                 row.update(graph_bound_ms=round(graph_bound, 3),
                            step_over_graph_bound=round(step.step_ms / graph_bound, 4) if graph_bound else 0.0)
+                if any(gm.meta.get(AUTOFIXED) for _, gm in graphs):
+                    row["note"] = "autofix_cycles"
                 row.update(seq=unit.seq, mesh=unit.mesh_label, layers=unit.layers, comm_model=cm,
                            compute_efficiency=efficiency, pass_seconds=round(pass_s, 2),
                            block_bytes=program.block_bytes)
@@ -214,7 +253,8 @@ def _best_overlap(rows: list[dict]) -> list[dict]:
     """Per comm model, the overlap scheduler's fastest search setting, as `torch-overlap-best`."""
     out = []
     for cm in sorted({r["comm_model"] for r in rows}):
-        tried = [r for r in rows if r["comm_model"] == cm and r["pass"].startswith("torch-overlap")]
+        tried = [r for r in rows if r["comm_model"] == cm and r["pass"].startswith("torch-overlap")
+                 and "failed" not in r]
         if tried:
             best = min(tried, key=lambda r: r["step_ms"])
             out.append({**best, "pass": "torch-overlap-best", "setting": best["pass"]})
@@ -233,7 +273,8 @@ def verdicts(rows: list[dict], candidate: str = CANDIDATE) -> list[dict]:
     """Per cell and comm model: the candidate's numbers and whether it meets each target."""
     cells: dict = {}
     for r in rows:
-        cells.setdefault(cell_key(r), {})[r["pass"]] = r
+        if "failed" not in r:
+            cells.setdefault(cell_key(r), {})[r["pass"]] = r
     out = []
     for key, by in sorted(cells.items()):
         c = by.get(candidate)
@@ -265,8 +306,10 @@ def _md(head: list[str], body: list[list[str]]) -> list[str]:
 
 
 def summary(rows: list[dict]) -> str:
-    """The tables: one per (model, GPU), the worst cell per pass, the candidate's misses."""
+    """The tables: one per (model, GPU), the worst cell per pass, the candidate's misses,
+    and the passes that failed on a cell (rows with `failed`, left out of every table)."""
     lines = []
+    failed, rows = [r for r in rows if "failed" in r], [r for r in rows if "failed" not in r]
     order = ["unbucketed", "torch", *overlap_passes(), "torch-overlap-best", "project", "project-merge_all"]
     passes = [p for p in order if any(r["pass"] == p for r in rows)]
     rows_ablated, rows = rows, [r for r in rows if ablation.rule_of(r["pass"]) is None]
@@ -309,6 +352,14 @@ def summary(rows: list[dict]) -> str:
               "compute, step ÷ bound cannot reach 1.10 whatever the pass."]
     if len(rows_ablated) > len(rows):
         lines += ["", *ablation_summary(rows_ablated)]
+    if failed:
+        lines += ["", "### Passes that failed on a cell", ""]
+        lines += _md(["cell", "pass", "error"], [[_where(r), r["pass"], r["failed"]] for r in failed])
+    autofixed = sorted({(_where(r), r["pass"]) for r in rows if r.get("note") == "autofix_cycles"})
+    if autofixed:
+        lines += ["", "torch's overlap scheduler raised on a cycle its bucketing made and ran again with "
+                  "`overlap_scheduling_autofix_cycles` (the remedy its error names) in: "
+                  + "; ".join(f"{p} ({w})" for w, p in autofixed) + "."]
     return "\n".join(lines) + "\n"
 
 

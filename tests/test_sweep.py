@@ -5,6 +5,7 @@ nodes, and the claim the sweep rests on (one trace serves every GPU)."""
 from __future__ import annotations
 
 import re
+from unittest import mock
 
 import pytest
 
@@ -232,3 +233,62 @@ def test_resume_runs_only_the_passes_a_unit_lacks(tmp_path):
     assert [u for u, done in todo if done] == [whole]
     _, todo = sweep.resumed([whole], gpus, ("torch", "other"), False, str(tmp_path))
     assert todo == [(whole, None)]
+
+
+def _chunked_graph():
+    """A gathered parameter cut into 64 ranks' pieces and joined again on dim 1, as a
+    parameter sharded on dim 1 comes out of its all-gather: 64 getitems of one split."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x):
+        return torch.cat(torch.chunk(x, 64), dim=1)
+
+    return make_fx(f, tracing_mode="fake")(torch.randn(64 * 4, 8))
+
+
+def test_a_getitems_roofline_is_computed_once_with_the_same_numbers():
+    import operator
+
+    from torch._inductor.fx_passes import overlap_scheduling
+
+    from benchmarks import sim_trace
+
+    roofline = getattr(overlap_scheduling, "estimate_roofline_runtime_ms", None)
+    gm = _chunked_graph()
+    if roofline is None:  # torch 2.11 has no roofline estimate: the context leaves the module as it is
+        with sim_trace.getitem_roofline_once():
+            assert not hasattr(overlap_scheduling, "estimate_roofline_runtime_ms")
+        return
+    getitems = [n for n in gm.graph.nodes if n.target is operator.getitem]
+    assert len(getitems) == 64
+    calls = []
+
+    def counted(node):
+        calls.append(node)
+        return roofline(node)
+
+    with sim_trace.fake_device(sim_trace.gpu("h100")):
+        plain = [roofline(n) for n in gm.graph.nodes if n.op == "call_function"]
+        with mock.patch.object(overlap_scheduling, "estimate_roofline_runtime_ms", counted), \
+                sim_trace.getitem_roofline_once():
+            memo = [overlap_scheduling.estimate_roofline_runtime_ms(n) for n in gm.graph.nodes
+                    if n.op == "call_function"]
+    assert memo == plain
+    # Every chunk has the same layout: one estimate serves the 64 getitems.
+    assert sum(n.target is operator.getitem for n in calls) == 1
+    assert overlap_scheduling.estimate_roofline_runtime_ms is roofline
+
+
+def test_a_failed_pass_is_listed_and_left_out_of_the_tables():
+    rows = [_row("unbucketed", 200, 150), _row("torch", 150, 90), _row("project", 100, 30, bound=95),
+            _row("torch-overlap:titan", 120, 40) | {"note": "autofix_cycles"},
+            {k: v for k, v in _row("torch-overlap:defaults", 1, 0).items()
+             if k in ("pass", "model", "gpu", "seq", "mesh", "comm_model")} | {"failed": "cyclic extra dep"}]
+    (best,) = sweep._best_overlap(rows)
+    assert best["setting"] == "torch-overlap:titan"
+    (v,) = sweep.verdicts(rows + [best])
+    assert v["best_torch_ms"] == 120
+    text = sweep.summary(rows + [best])
+    assert "### Passes that failed on a cell" in text and "cyclic extra dep" in text
+    assert "`overlap_scheduling_autofix_cycles`" in text and "torch-overlap:titan (m h100" in text
