@@ -109,7 +109,9 @@ def split_to_budget(buckets: list[Bucket], whens: dict, timeline: Timeline, budg
         can_give = [b for b in buckets if adds.get(id(b), 0) > 0 and (len(b.members) > 1 or not b.held_back)]
         if not can_give:
             return buckets
-        culprit = max(can_give, key=lambda b: adds[id(b)])
+        # At equal bytes, the one used last: holding back the nearer of two prefetches would
+        # issue the farther one first and leave the nearer one's compute waiting on it.
+        culprit = max(can_give, key=lambda b: (adds[id(b)], min(whens[m.node].first_use for m in b.members)))
         if not culprit.held_back:  # issued later first; halved once that is not enough
             culprit.held_back = True
             continue
