@@ -267,16 +267,46 @@ class Estimator:
 
 
 def copy_module(gm: fx.GraphModule) -> fx.GraphModule:
-    """A copy of `gm` whose graph a pass may rewrite: new nodes, same names, each
-    node's meta a copy of the original's (its fake values shared)."""
+    """A copy of `gm` whose graph a pass may rewrite: new nodes, same names, in the same
+    order, each node's meta a copy of the original's (its fake values shared). The order is
+    kept even where it is not topological (torch's FSDP pre-bucketing leaves merged
+    collectives after some of their users): torch's overlap scheduler reads it before it
+    sorts, so a sorted copy schedules differently."""
     graph = fx.Graph(tracer_cls=gm.graph._tracer_cls)
     graph._codegen = copy.deepcopy(gm.graph._codegen)
     val_map: dict = {}
-    out = graph.graph_copy(gm.graph, val_map)
     old_output = gm.graph.output_node()
-    new_output = graph.output(out, type_expr=old_output.type)
+    for node in _inputs_first(gm.graph):
+        if node is not old_output:
+            val_map[node] = graph.node_copy(node, lambda n: val_map[n])
+    last = graph._root
+    for node in gm.graph.nodes:
+        if node is not old_output:
+            last.append(val_map[node])
+            last = val_map[node]
+    new_output = graph.output(fx.node.map_arg(old_output.args[0], lambda n: val_map[n]), type_expr=old_output.type)
     new_output.meta = copy.copy(old_output.meta)
     return fx.GraphModule(gm, graph)
+
+
+def _inputs_first(graph: fx.Graph) -> list[fx.Node]:
+    """`graph`'s nodes with every node after its inputs, otherwise in the graph's order (the
+    graph's order itself where that is topological)."""
+    placed: set = set()
+    order: list[fx.Node] = []
+    for root in graph.nodes:
+        stack = [(root, False)]
+        while stack:
+            node, inputs_placed = stack.pop()
+            if node in placed:
+                continue
+            if inputs_placed:
+                placed.add(node)
+                order.append(node)
+                continue
+            stack.append((node, True))
+            stack.extend((n, False) for n in reversed(node._input_nodes) if n not in placed)
+    return order
 
 
 def apply_pass(name: str, gm: fx.GraphModule, gpu: sim_trace.Gpu) -> fx.GraphModule:

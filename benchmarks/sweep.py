@@ -44,11 +44,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import inspect
 import json
 import multiprocessing
 import os
 import sys
 import time
+from unittest import mock
 
 from . import ablation
 
@@ -129,8 +131,10 @@ def overlap_passes() -> dict[str, dict]:
 # One unit, in a worker process.
 
 
-def _apply(name: str, base, gpu):
-    """(graph name, GraphModule) pairs of pass `name` over the traced graphs."""
+def _apply(name: str, base, gpu, prebucketed: dict | None = None):
+    """(graph name, GraphModule) pairs of pass `name` over the traced graphs. `prebucketed`
+    keeps the overlap scheduler's FSDP pre-bucketing per graph, GPU and bucket cap across its
+    search settings: it is the first step of every setting and reads none of their other knobs."""
     from . import simulate as sim
 
     if name.startswith("torch-overlap:"):
@@ -139,17 +143,18 @@ def _apply(name: str, base, gpu):
         options = overlap_passes()[name]
         out = []
         for g, gm in base:
-            copy = sim.copy_module(gm)
-            with sim.sim_trace.estimation(gpu):
+            start, options_after = _pre_bucketed(g, gm, gpu, options, {} if prebucketed is None else prebucketed)
+            copy = sim.copy_module(start)
+            with sim.sim_trace.estimation(gpu), _unlogged_overlap_estimates():
                 try:
-                    adapters.load("torch-overlap").apply_fx(copy, **options)
+                    adapters.load("torch-overlap").apply_fx(copy, **options_after)
                 except RuntimeError as e:
                     if "cyclic" not in str(e):
                         raise
                     # The scheduler's own remedy, which its error names; the row says it was used.
-                    copy = sim.copy_module(gm)
+                    copy = sim.copy_module(start)
                     with autofix_cycles():
-                        adapters.load("torch-overlap").apply_fx(copy, **options)
+                        adapters.load("torch-overlap").apply_fx(copy, **options_after)
                     copy.meta[AUTOFIXED] = True
             out.append((g, copy))
         return out
@@ -158,6 +163,48 @@ def _apply(name: str, base, gpu):
         with ablation.turned_off(rule):
             return [(g, sim.apply_pass(CANDIDATE, gm, gpu)) for g, gm in base]
     return [(g, sim.apply_pass(name, gm, gpu)) for g, gm in base]
+
+
+def _pre_bucketed(graph_name: str, gm, gpu, options: dict, memo: dict):
+    """The graph the overlap scheduler starts from under `options` and the options that then
+    skip its pre-bucketing: torch's `pre_bucket_fsdp_collectives`, run once per graph and
+    bucket cap (the cap it resolves under `gpu`: its default reads the interconnect). Where
+    the scheduler has no such step (torch 2.11), the traced graph and `options` unchanged."""
+    from torch._inductor.fx_passes import fsdp, overlap_scheduling
+
+    from . import simulate as sim
+
+    if "pre_bucketing_fsdp_collectives" not in inspect.signature(overlap_scheduling.schedule_overlap_bucketing).parameters:
+        return gm, options
+    cap = options.get("bucket_cap_mb")
+    cap = None if cap is None else float(cap)
+    with sim.sim_trace.estimation(gpu):
+        if hasattr(fsdp, "compute_pre_bucket_cap_mb") and hasattr(fsdp, "identify_fsdp_groups"):
+            groups, group_size = fsdp.identify_fsdp_groups(gm)
+            if groups and group_size is not None:
+                cap = fsdp.compute_pre_bucket_cap_mb(group_size, cap)
+            key = (graph_name, options.get("bucket_mode"), cap)
+        else:
+            key = (graph_name, options.get("bucket_mode"), gpu.key, cap)
+        if key not in memo:
+            copy = sim.copy_module(gm)
+            fsdp.pre_bucket_fsdp_collectives(copy, mode=options.get("bucket_mode"), bucket_cap_mb=cap)
+            memo[key] = copy
+    return memo[key], {**options, "pre_bucketing_fsdp_collectives": False}
+
+
+@contextlib.contextmanager
+def _unlogged_overlap_estimates():
+    """torch's overlap scheduler without its table of compute estimates: it always builds one
+    for structured logging (counting every node's flops, a tenth of its time here), which the
+    sweep never reads. The estimates themselves are untouched."""
+    from torch._inductor.fx_passes import node_runtime_estimation
+
+    if not hasattr(node_runtime_estimation, "_log_compute_estimations"):
+        yield
+        return
+    with mock.patch.object(node_runtime_estimation, "_log_compute_estimations", lambda *args, **kwargs: None):
+        yield
 
 
 AUTOFIXED = "sweep_autofix_cycles"
@@ -205,6 +252,7 @@ def run_unit(unit: Unit, gpus: tuple[str, ...], comm_models: tuple[str, ...], ef
     base_names = [{n.name for n in gm.graph.nodes} for _, gm in base]
     done = [r for r in done or [] if r["pass"] != "torch-overlap-best" and r["comm_model"] in comm_models]
     once: dict = {}
+    prebucketed: dict = {}
     rows = []
     for gpu_name in gpus:
         gpu = sim_trace.gpu(gpu_name)
@@ -214,7 +262,7 @@ def run_unit(unit: Unit, gpus: tuple[str, ...], comm_models: tuple[str, ...], ef
         for name in [n for n in pass_names(ablate) if n not in had]:
             t0 = time.perf_counter()
             try:
-                graphs = once.get(name) or _apply(name, base, gpu)
+                graphs = once.get(name) or _apply(name, base, gpu, prebucketed)
             except Exception as e:  # torch's pass failing on a graph: the cell says so, the sweep goes on
                 if name in PASSES:
                     raise

@@ -93,6 +93,19 @@ def _graph_text(gm) -> str:
     return re.sub(r" at 0x[0-9a-f]+", "", text)  # script objects' addresses
 
 
+def _graph_structure(gm) -> list[tuple]:
+    """`gm`'s nodes in order, each argument by its position, not its name: new nodes' names
+    count from what the graph held before."""
+    from torch import fx
+
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
+
+    def args(a):
+        return re.sub(r" at 0x[0-9a-f]+", "", str(fx.node.map_arg(a, lambda n: f"#{position[n]}")))
+
+    return [(n.op, str(n.target), args(n.args), args(n.kwargs), str(n.meta.get("val"))) for n in gm.graph.nodes]
+
+
 def test_one_trace_serves_every_gpu(fake_world):
     """The graphs traced for an A100 and for an H200 are the same, node for node and
     value for value: the sweep traces once per model, sequence and mesh."""
@@ -292,3 +305,56 @@ def test_a_failed_pass_is_listed_and_left_out_of_the_tables():
     text = sweep.summary(rows + [best])
     assert "### Passes that failed on a cell" in text and "cyclic extra dep" in text
     assert "`overlap_scheduling_autofix_cycles`" in text and "torch-overlap:titan (m h100" in text
+
+
+def test_the_overlap_search_shares_pre_bucketing_with_the_same_graphs(fake_world):
+    """Every overlap setting starts from one pre-bucketed graph per GPU and cap, without the
+    scheduler's estimate log: each setting's graphs are the ones its whole run gives."""
+    from conformance import adapters
+
+    from benchmarks import sim_trace
+
+    try:
+        sim.check_torch()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    program = sim_trace.build("llama3-8b", fake_world, None, 2, 256, 1)
+    traced = sim_trace.trace(program, sim_trace.gpu(sweep.TRACE_GPU))
+    base = [("forward", traced.graphs[0]), ("backward", traced.graphs[1])]
+    memo: dict = {}
+    for gpu_name, (name, options) in [(g, item) for g in ("h100", "a100") for item in sweep.overlap_passes().items()]:
+        gpu = sim_trace.gpu(gpu_name)
+        shared = sweep._apply(name, base, gpu, memo)
+        whole = []
+        for _, gm in base:
+            copy = sim.copy_module(gm)
+            with sim_trace.estimation(gpu):
+                adapters.load("torch-overlap").apply_fx(copy, **options)
+            whole.append(_graph_structure(copy))
+        assert [_graph_structure(gm) for _, gm in shared] == whole, name
+    if memo:  # torch 2.13 on: one pre-bucketing per graph and resolved cap, not per setting and GPU
+        caps = {options.get("bucket_cap_mb") for options in sweep.overlap_passes().values()}
+        assert len(memo) < 2 * 2 * len(sweep.overlap_passes())
+        assert len(memo) <= 2 * 2 * len(caps)
+
+
+def test_a_copy_keeps_an_order_that_is_not_topological():
+    """torch's FSDP pre-bucketing leaves merged collectives after some of their users and its
+    overlap scheduler reads that order: a pass's copy keeps it, node for node."""
+    import torch
+    from torch import fx
+
+    def f(x):
+        a = torch.relu(x)
+        b = torch.neg(a)
+        return torch.add(a, b)
+
+    gm = fx.symbolic_trace(f)
+    relu, neg = (n for n in gm.graph.nodes if n.op == "call_function" and n.target in (torch.relu, torch.neg))
+    neg.append(relu)  # relu now after its user
+    order = [n.name for n in gm.graph.nodes]
+    assert order.index("relu") > order.index("neg")
+    copy = sim.copy_module(gm)
+    assert [n.name for n in copy.graph.nodes] == order
+    assert [str(n.args) for n in copy.graph.nodes] == [str(n.args) for n in gm.graph.nodes]
+    assert all(a is not b for a, b in zip(copy.graph.nodes, gm.graph.nodes))
