@@ -194,3 +194,19 @@ def test_buckets_split_for_memory_still_fit_the_cap_of_their_new_index(group_nam
         assert b.nbytes <= cap(b.index) * 2**20, (b.index, b.nbytes)
     indices = [b.index for b in plan.buckets]
     assert indices == sorted(set(indices)), indices  # graph order, no index twice
+
+
+def test_the_items_of_a_split_add_no_bytes():
+    """A gradient split into one chunk per rank (as a reduce-scatter's input is) holds
+    the gradient's bytes once, not once per chunk; a chunk copied out is new memory."""
+    import torch.fx as fx
+
+    def f(x):
+        chunks = torch.ops.aten.split.Tensor(torch.ops.aten.mul.Tensor(x, 2.0), 16)
+        kept = torch.ops.aten.clone.default(chunks[0])
+        return [torch.ops.aten.sum.default(c) for c in chunks[1:]] + [kept]
+
+    gm = fx.experimental.proxy_tensor.make_fx(f)(torch.randn(64, 64))
+    grad_bytes, chunk_bytes = 64 * 64 * 4, 16 * 64 * 4
+    peak = estimate_peak_bytes(gm.graph)
+    assert grad_bytes + chunk_bytes <= peak < grad_bytes + 2 * chunk_bytes, peak

@@ -9,6 +9,7 @@ halved where the peak is, until the estimate fits.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 
 import torch
@@ -221,8 +222,8 @@ def live_bytes(timeline: Timeline) -> list[int]:
     """Live tensor bytes at each position of `timeline`.
 
     A tensor is allocated by the node that makes it and lives until the last
-    user of it or of any view of it (views, including a collective's wait, add
-    no bytes). An op returning several tensors counts each at its `getitem`,
+    user of it or of any view of it (views, including a collective's wait and
+    the items of a `split`, add no bytes). An op returning several tensors counts each at its `getitem`,
     so each is freed on its own. Graph inputs the caller holds are not
     counted; a compiled backward's own inputs (`freed_inputs`) are, from the
     start to their last use. A coarse estimate, the same for every variant,
@@ -270,11 +271,14 @@ def freed_inputs(nodes: list[fx.Node]) -> set[fx.Node]:
 
 
 def _is_alias(node: fx.Node) -> bool:
-    """Does the node return (a view of) its first input rather than new memory?"""
+    """Does the node return (a view of) its first input rather than new memory? An item
+    of a list of views (`split`, `unbind`) is one."""
     if node.op != "call_function":
         return False
     if node.target is WAIT:
         return True
+    if node.target is operator.getitem:
+        return isinstance(node.args[0], fx.Node) and _is_alias(node.args[0])
     schema = getattr(node.target, "_schema", None)
     return bool(schema is not None and schema.returns and schema.returns[0].alias_info is not None)
 
