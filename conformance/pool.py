@@ -13,9 +13,11 @@ rank fails its test promptly instead of hanging the run.
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import importlib
 import multiprocessing as mp
 import os
+import signal
 import tempfile
 import time
 import traceback
@@ -67,6 +69,9 @@ def make_groups(world_size: int) -> dict:
 
 def _worker(rank, world_size, backend, device, store_path, timeout_s, conn):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # A rank killed by a fatal signal (a crash in a backend's own threads) prints
+    # every thread's Python stack to stderr, which the test's captured output keeps.
+    faulthandler.enable(all_threads=True)
     try:
         import torch
 
@@ -156,17 +161,32 @@ class RankPool:
                     try:
                         results[rank] = conn.recv()
                     except EOFError:
-                        results[rank] = RankResult(rank, False, error="rank process died")
+                        results[rank] = RankResult(rank, False, error="rank process died" + self._death(rank))
                     if not results[rank].ok and failed_at is None:
                         failed_at = time.monotonic()
             for rank, p in enumerate(self.procs):
                 if results[rank] is None and not p.is_alive() and not self.conns[rank].poll():
-                    results[rank] = RankResult(rank, False, error=f"rank process exited ({p.exitcode})")
+                    results[rank] = RankResult(rank, False, error="rank process died" + self._death(rank))
                     failed_at = failed_at or time.monotonic()
         return [
             r if r is not None else RankResult(i, False, error="no answer before the deadline (hung or aborted)")
             for i, r in enumerate(results)
         ]
+
+    def _death(self, rank: int) -> str:
+        """How rank `rank`'s process ended: its exit code, or the signal that killed it."""
+        p = self.procs[rank]
+        p.join(timeout=5)
+        code = p.exitcode
+        if code is None:
+            return " (its pipe closed; the process is still running)"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f" (killed by {name}; its threads' Python stacks are in the captured stderr)"
+        return f" (exit code {code})"
 
     def run(self, fn_path: str, timeout_s: float | None = None, **kwargs) -> list[RankResult]:
         """Run `fn_path` on every rank; restart the pool if any rank fails."""

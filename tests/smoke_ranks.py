@@ -62,6 +62,18 @@ def echo_rank(ctx):
     return ctx.rank
 
 
+def crash_on_rank1(ctx):
+    """Rank 1 dies of a fatal signal, as a crash in a backend's own thread would kill it."""
+    import os
+    import signal
+
+    if ctx.rank == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    import torch.distributed as dist
+
+    dist.all_reduce(torch.ones(4))  # rank 0 waits for a peer that is gone
+
+
 def diverging_plans(ctx, diverge: bool):
     """Rank 1 builds a different graph when `diverge`; the plan check must catch it."""
     group, world = ctx.groups["world"][0], ctx.world_size
