@@ -28,7 +28,7 @@ RULES: dict[str, tuple[str, list[tuple[object, str, object]]]] = {
         "a collective whose copies cost more than merging saves stays alone",
         [(estimates, "copy_refusal", lambda *args, **kwargs: None)]),
     "communication-bound": (
-        "a communication-bound group ignores the copy cost and joins more",
+        "a communication-bound group merges its first and last blocks and joins outside collectives over compute",
         [(estimates.BlockEstimate, "communication_bound", lambda self: False)]),
     "lead": (
         "a bucket is issued at least twice its estimated time of compute before its first use",

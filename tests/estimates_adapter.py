@@ -52,8 +52,9 @@ def _with_estimates(name: str, latency_ms: float, flops_per_ms: float, hbm_bytes
                                inductor_pass=EstimatingPass)
 
 
-# A member moving 100 KB copies in 1000 ms (200 bytes/ms): no merge saves that, were it asked.
+# A latency of 1000 ms outlasts any block's compute; a member moving 100 KB copies in
+# 1 ms, far less than merging it saves: no copy is refused.
 COMMUNICATION_BOUND = _with_estimates("communication-bound", latency_ms=1000.0, flops_per_ms=1e9,
-                                      hbm_bytes_per_ms=200.0)
+                                      hbm_bytes_per_ms=2e5)
 # A block's tens of MFLOPs take seconds; a member moving 100 KB copies in 1 ms, the latency merging saves.
 COMPUTE_BOUND = _with_estimates("compute-bound", latency_ms=1.0, flops_per_ms=1e4, hbm_bytes_per_ms=2e5)

@@ -303,13 +303,12 @@ def test_blocks_per_bucket_counts_the_buckets_the_cap_makes(group_name):
     assert (capped.comm_ms(2), capped.blocks_per_bucket(), capped.communication_bound()) == (3.0, 4, True)
 
 
-@pytest.mark.parametrize("ms_per_byte, refused", [
-    # compute-bound: each block's weight (160 bytes moved: 0.016 ms of copies) and the head stay alone
-    (0.0, 5),
-    (1.0, 0),  # communication-bound (160 ms a weight): the compute has time for every copy
-])
-def test_with_estimates_copies_are_refused_only_where_the_compute_bounds_the_step(group_name, monkeypatch,
-                                                                                  ms_per_byte, refused):
+@pytest.mark.parametrize("ms_per_byte", [0.0, 1.0], ids=["compute-bound", "communication-bound"])
+def test_with_estimates_copies_that_cost_more_than_merging_saves_are_refused_however_the_step_is_bound(
+        group_name, monkeypatch, ms_per_byte):
+    """Each block's weight (160 bytes moved: 0.016 ms of copies) and the head stay
+    alone, also where the network bounds the step (160 ms a weight): the copies
+    run on the compute stream, and in a backward the gradients wait behind them."""
     import bucketing.plan.estimates as estimates
 
     # Merging saves 10 us; a byte copied in and out costs 0.1 us: the weight's
@@ -317,7 +316,7 @@ def test_with_estimates_copies_are_refused_only_where_the_compute_bounds_the_ste
     monkeypatch.setattr(estimates, "device_costs", lambda device: StandInEstimates(0.01, ms_per_byte, 1e-4))
     plan = bc.bucket_collectives(_forward(group_name), locality_flops=0)
     reasons = [s.reason for s in plan.skipped if "copy-in and copy-out cost" in s.reason]
-    assert len(reasons) == refused, plan
+    assert len(reasons) == 5, plan
 
 
 @pytest.mark.parametrize("ms_per_byte", [0.0, 1.0], ids=["compute-bound", "communication-bound"])

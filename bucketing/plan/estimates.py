@@ -9,7 +9,9 @@ with milliseconds instead of counts:
   more than it costs, an all-gather that moves the unit copied out ahead of
   it (`join_nearest_blocks`);
 - a collective whose copies cost more than merging it saves stays as it
-  was, unless the group is communication-bound (`copy_refusal`);
+  was (`copy_refusal`), in a communication-bound group too: the copies run on
+  the compute stream, where a backward's gradients wait behind them and the
+  reductions then issue late;
 - the memory budget is two blocks' gathered parameters, if more than a cap;
 - three buckets are prefetched, the first at once, collectives left alone
   too (`WITH_ESTIMATES`), each early enough for its estimated time (`lead_position`).
@@ -225,10 +227,9 @@ class EstimatePolicy(Policy):
 
     def keep_alone(self, c: Collective, w: When) -> str | None:
         """Copies against latency: not asked inside the user's own entries, under
-        merge_all, where the group's size is unknown, or where its collectives
-        outlast the compute, which then has time for copies."""
+        merge_all, or where the group's size is unknown."""
         explicit = self.units[c.node][1]
-        if not self.windowed or explicit or c.group_size < 2 or c.group_name in self.communication_bound:
+        if not self.windowed or explicit or c.group_size < 2:
             return None
         return copy_refusal(c, w, self.costs)
 
