@@ -109,6 +109,10 @@ def _worker(rank, world_size, backend, device, store_path, timeout_s, conn):
         pass
 
 
+# The fatal signals faulthandler reports on.
+_FAULTS = {signal.SIGSEGV, signal.SIGFPE, signal.SIGABRT, signal.SIGBUS, signal.SIGILL}
+
+
 class RankPool:
     def __init__(self, world_size: int, backend: str = "gloo", device: str = "cpu", timeout_s: float = 60.0):
         self.world_size = world_size
@@ -185,7 +189,9 @@ class RankPool:
                 name = signal.Signals(-code).name
             except ValueError:
                 name = f"signal {-code}"
-            return f" (killed by {name}; its threads' Python stacks are in the captured stderr)"
+            # faulthandler prints for the fatal signals it handles; SIGKILL (the OOM killer) leaves nothing.
+            stacks = "; its threads' Python stacks are in the captured stderr" if -code in _FAULTS else ""
+            return f" (killed by {name}{stacks})"
         return f" (exit code {code})"
 
     def run(self, fn_path: str, timeout_s: float | None = None, **kwargs) -> list[RankResult]:

@@ -124,8 +124,7 @@ class BlockEstimate:
 
     def communication_bound(self) -> bool:
         """Whether all blocks' collectives, merged, outlast their compute: then the
-        compute stream waits anyway, and a copy-in or copy-out costs nothing the
-        step would see, while every collective saved shortens it."""
+        compute stream waits anyway, and every collective saved shortens the step."""
         return self.blocks >= 2 and self.comm_ms(self.blocks) > self.blocks * self.block_ms
 
 
@@ -198,8 +197,6 @@ class EstimatePolicy(Policy):
         self.costs = costs
         self.compute_ms_before: list[float] = []
         self.whens: dict[fx.Node, When] = {}
-        # Process groups whose blocks' collectives outlast their compute.
-        self.communication_bound: set[str] = set()
         self.largest_block_gather_bytes = 0  # one block's gathered parameters, the largest
         self.apart = frozenset()  # all-gathers copied out ahead: they joined a unit they move
 
@@ -216,8 +213,6 @@ class EstimatePolicy(Policy):
         estimate = BlockEstimate.of(list(blocks.values()), whens, self.compute_ms_before, self.costs,
                                     self.options.multidtype, self.options.cap_bytes(0))
         bound = estimate.communication_bound()
-        if bound:
-            self.communication_bound.add(group_name)
         k = self.options.blocks_per_bucket
         merge_runs(self.units, blocks, estimate.blocks_per_bucket() if k is None else k,
                    ends=k is None and not bound and len(blocks) > 2)
