@@ -128,11 +128,14 @@ def check_torch() -> None:
 def _signature(node: fx.Node):
     """What a node's estimate depends on: its op, its arguments' and result's layouts."""
 
+    def dims(sizes):  # a symbolic size (a dynamic shape) by its expression: SymInts do not hash
+        return tuple(d if isinstance(d, int) else repr(d) for d in sizes)
+
     def layout(x):
         if isinstance(x, fx.Node):
             x = x.meta.get("val")
         if isinstance(x, torch.Tensor):
-            return (tuple(x.shape), tuple(x.stride()), x.dtype, x.device.type)
+            return (dims(x.shape), dims(x.stride()), x.dtype, x.device.type)
         if isinstance(x, (list, tuple)):
             return tuple(layout(v) for v in x)
         if isinstance(x, dict):
