@@ -10,7 +10,10 @@ chosen numbers in tests).
 Memory is counted in graph order, the order the allocator sees: a node's new
 outputs are allocated where it runs (a collective's result where it is
 issued), and freed after the last use of any alias of them (views, `getitem`
-of a multi-output op, a wait's result, an in-place op's result). A
+of an op returning views, a wait's result, an in-place op's result). An op
+that returns several new tensors (the copy-out of a merged collective, an
+attention kernel's outputs) allocates each at its `getitem` and frees each
+after that item's own last use, as Inductor frees its MultiOutput buffers. A
 collective's inputs stay live until its wait. Graph inputs stay live to the
 end unless `free_inputs` (Inductor frees a backward graph's inputs after
 their last use); inputs named in `held` are counted once in `held_bytes`.
@@ -192,7 +195,9 @@ def _alias_source(node: fx.Node) -> fx.Node | None:
         return None
     if node.target is operator.getitem or is_wait(node):
         src = node.args[0]
-        return src if isinstance(src, fx.Node) else None
+        if not isinstance(src, fx.Node) or node.target is operator.getitem and makes_new_items(src):
+            return None
+        return src
     if is_view(node):
         src = node.args[0] if node.args else None
         return src if isinstance(src, fx.Node) else None
@@ -211,6 +216,18 @@ def _alias_source(node: fx.Node) -> fx.Node | None:
                         and isinstance(value, fx.Node):
                     return value
     return None
+
+
+def makes_new_items(node: fx.Node) -> bool:
+    """Does `node` return several tensors of its own (no views, no collective's list
+    result awaited as one)? Then each item is its own allocation."""
+    return (node.op == "call_function" and isinstance(node.meta.get("val"), (list, tuple))
+            and not is_wait(node) and not is_collective(node) and _alias_source(node) is None)
+
+
+def _allocated_bytes(node: fx.Node) -> int:
+    """What `node` allocates: nothing for a list of new tensors, counted at their getitems."""
+    return 0 if makes_new_items(node) else tensor_bytes(node.meta.get("val"))
 
 
 def memory_profile(graph: fx.Graph, free_inputs: bool = False, held: frozenset = frozenset(),
@@ -251,12 +268,12 @@ def memory_profile(graph: fx.Graph, free_inputs: bool = False, held: frozenset =
     peak, peak_at = live, 0
     for i, n in enumerate(nodes):
         if root[n] is n and not (n.op == "placeholder" and (n.name in held or not free_inputs)):
-            live += tensor_bytes(n.meta.get("val"))
+            live += _allocated_bytes(n)
         profile.append(live)
         if live > peak:
             peak, peak_at = live, i
         for f in frees.get(i, ()):
-            live -= tensor_bytes(f.meta.get("val"))
+            live -= _allocated_bytes(f)
     return peak, peak_at, profile
 
 

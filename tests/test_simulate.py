@@ -145,6 +145,38 @@ def test_peak_memory_of_a_gathered_bucket():
     assert b.run().peak_bytes == peak
 
 
+def test_items_of_a_copy_out_are_freed_each_after_its_own_last_use():
+    # A merged all-reduce's result (1000 f32: 4000 bytes) copied out into two new
+    # members of 900 and 100 elements (3600 + 400 bytes): the big one is read at
+    # once, the small one at the end. Inductor frees each MultiOutput buffer on its
+    # own; a split's items (views) would keep the whole buffer instead.
+    import bucketing.ops  # noqa: F401 (registers the copy-out op)
+
+    b = Builder()
+    x = b.input("x", 1000, torch.float32)
+    ar = b._node(c10d.all_reduce.default, (x, "sum", "g"), torch.empty(1000, device="meta"), "ar")
+    b.comm["ar"] = 1.0
+    w = b.wait("w", ar)
+    members = [torch.empty(900, device="meta"), torch.empty(100, device="meta")]
+    out = b._node(torch.ops.bucketing_ops.copy_out.default, (w, 1, [0, 3600], [3600, 400], "float32,float32",
+                                                             [900, 100], [1, 1]), members, "copy_out")
+    big, small = (b._node(operator.getitem, (out, i), members[i], f"m{i}") for i in range(2))
+    u1 = b.compute_node("u1", 1.0, big, numel=10)  # 40 bytes
+    u2 = b.compute_node("u2", 1.0, u1, numel=10)
+    u3 = b.compute_node("u3", 1.0, u2, small, numel=10)
+    b.output(u3)
+    peak, at, profile = tl.memory_profile(b.graph, free_inputs=True)
+    names = [n.name for n in b.graph.nodes]
+    live = dict(zip(names, profile))
+    # x lives to the wait, the merged result to the copy-out, the members from their
+    # getitems; after u1 only the small member, u1 and u2 remain (the big one freed
+    # after u1, not held until the small one's last use).
+    assert live["ar"] == 4000 + 4000 and live["copy_out"] == 4000
+    assert live["m1"] == 3600 + 400
+    assert live["u2"] == 400 + 40 + 40
+    assert peak == 8000 and names[at] == "ar"
+
+
 def test_inputs_of_a_later_graph_are_freed_after_their_last_use():
     fw = Builder()
     p = fw.input("p", 1000)  # the caller's parameter shard: 2000 bytes, held throughout
