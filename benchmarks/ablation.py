@@ -14,7 +14,7 @@ import contextlib
 from unittest import mock
 
 from bucketing import plan as plan_module
-from bucketing.plan import estimates, issue, policy
+from bucketing.plan import estimates, issue, memory, policy
 
 # rule -> (what it does, the patches that turn it off: (object, attribute, replacement))
 RULES: dict[str, tuple[str, list[tuple[object, str, object]]]] = {
@@ -47,11 +47,37 @@ RULES: dict[str, tuple[str, list[tuple[object, str, object]]]] = {
     "reduction-depth": (
         "reductions are waited for within the depth the memory budget affords",
         [(policy.Policy, "reductions_in_flight", lambda self, *args: None)]),
+    "depth-per-reduction": (
+        "each reduction waits as late as the live bytes where it is held allow (else one depth per graph)",
+        [(memory, "reductions_in_flight", lambda *args: _one_depth(*args))]),
+    "hold-back-last": (
+        "the memory budget holds back the prefetch needed last (else the one adding most)",
+        [(memory, "to_give_back", lambda can_give, adds, whens: max(
+            can_give, key=lambda b: (adds[id(b)], min(whens[m.node].first_use for m in b.members))))]),
+    "gathers-in-order": (
+        "a group's prefetched all-gathers issue in the order they are needed",
+        [(issue, "_in_the_order_needed", lambda *args: None)]),
     "after-feeder": (
         "a reduction of a bucket's result is issued at its feeder's next bucket",
         [(issue, "_after_next_feeder", lambda *args: None),
          (plan_module, "with_feeders_buckets", lambda alone, buckets, whens: alone)]),
 }
+
+
+def _one_depth(buckets, whens, timeline, budget, copy_out, issue_at) -> dict:
+    """One reduction depth for the whole graph: the deepest at which every reduction's
+    input, held to its wait, keeps the peak within the limit; the shallowest if none."""
+    base = memory.live_bytes(timeline)
+    merged = [i for b in buckets if not b.explicit and id(b) in issue_at
+              for i in memory.bucket_extra_intervals(b, whens, issue_at[id(b)], copy_out)]
+    limit = max(max(base, default=0) + budget, memory._worst(base, merged))
+    reductions = [b for b in buckets if b.kind.reduces]
+    for depth in memory.REDUCTION_DEPTHS:
+        waits = memory.reduction_waits(buckets, whens, issue_at, depth)
+        held = [(memory._issued_at(b, whens, issue_at), waits[id(b)], sum(whens[m.node].in_bytes for m in b.members))
+                for b in reductions]
+        if depth == memory.REDUCTION_DEPTHS[-1] or memory._worst(base, merged + held) <= limit:
+            return {id(b): depth for b in reductions}
 
 
 def pass_name(rule: str) -> str:

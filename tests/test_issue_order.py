@@ -170,6 +170,34 @@ def test_members_copied_out_apart_keep_their_own_place_in_the_prefetch_depth():
     assert [merged[id(b)] for b in (a, c, d)] == [1, 1, 10]
 
 
+def test_an_all_gather_led_early_waits_for_the_one_held_back_before_it():
+    """The memory budget holds back block1's bucket (issued where the prefetch depth
+    allows, not led); block2's, led early by the policy, must not go before it: a
+    group's stream runs in issue order, and block1's compute, sooner, would wait
+    behind block2's gather."""
+    from types import SimpleNamespace
+
+    from bucketing.collectives import ALL_GATHER
+    from bucketing.plan.estimates import WITH_ESTIMATES
+    from bucketing.plan.issue import issue_positions
+    from bucketing.plan.records import Bucket, When
+
+    whens = {}
+
+    def bucket(position, held_back=False):
+        ms = [SimpleNamespace(node=object(), input=None, waits=(), group_name="g") for _ in range(2)]
+        for m in ms:
+            whens[m.node] = When(position, 0, position + 5, position + 5, 1, 4, 0.0)
+        return Bucket(0, ALL_GATHER, (), 1.0, ms, 2, held_back=held_back)
+
+    block0, block1, block2 = bucket(10), bucket(50, held_back=True), bucket(90)
+    lead = {id(block0): 0, id(block2): 2}
+    at = issue_positions([block0, block1, block2], whens, WITH_ESTIMATES, lambda b: lead.get(id(b)))
+    assert at[id(block1)] == 50  # neither led nor eager: where it is (fewer than three before it)
+    assert at[id(block2)] == 50  # led to 2, but not before block1
+    assert at[id(block0)] == 1
+
+
 def test_a_reduction_of_a_buckets_result_waits_a_bucket_later(group_name):
     """HSDP's order: each gradient all-reduced over the replicas, then reduce-scattered
     over the shards, the reduce-scatter reading the all-reduce's result at once. The

@@ -289,3 +289,102 @@ def test_the_memory_split_ends_where_only_an_unsplittable_collective_raises_the_
     monkeypatch.setattr(memory, "_peak", peak)
     out = memory.split_to_budget([alone, pair], {}, None, 0, "copy", lambda bs: {id(b): 0 for b in bs})
     assert out == [alone, pair] and calls == [2]
+
+
+def test_the_memory_budget_holds_back_the_prefetch_needed_last_not_the_largest(monkeypatch):
+    """Three prefetched buckets add bytes at the peak: the first block's, the largest
+    (it carries the embeddings' parameters too) and needed soonest, and two later ones.
+    Holding back the nearest would issue the farther ones behind it (a group issues
+    in one order) and leave the next compute waiting: the one needed last is held
+    back first, then the next, until the peak fits."""
+    from types import SimpleNamespace
+
+    from bucketing.plan import memory
+    from bucketing.plan.records import Bucket, When
+
+    def bucket(index, first_use, nbytes):
+        members = [SimpleNamespace(nbytes=nbytes // 2, node=object()) for _ in range(2)]
+        return Bucket(index, None, "k", 1 << 40, members, nbytes), \
+            {m.node: When(first_use - 1, 0, first_use, first_use, m.nbytes, m.nbytes, 0.0) for m in members}
+
+    first, w1 = bucket(0, 10, 1900)
+    second, w2 = bucket(1, 20, 1600)
+    third, w3 = bucket(2, 30, 1600)
+    whens = {**w1, **w2, **w3}
+    monkeypatch.setattr(memory, "live_bytes", lambda timeline: [0])
+    order = []
+
+    def peak(buckets, whens, base_live, limit, copy_out, issue):
+        adding = [b for b in buckets if not b.held_back]
+        if sum(b.nbytes for b in adding) <= limit:  # fits once one is held back
+            return None, {}
+        return 0, {id(b): b.nbytes for b in adding}
+    monkeypatch.setattr(memory, "_peak", peak)
+    real_halve = memory.halve
+    monkeypatch.setattr(memory, "halve", lambda b, why: order.append("halved") or real_halve(b, why))
+    out = memory.split_to_budget([first, second, third], whens, None, 3600, "copy", lambda bs: {id(b): 0 for b in bs})
+    assert out == [first, second, third] and not order
+    assert [b.held_back for b in out] == [False, False, True]
+    # A later bucket that gives back less than half the largest addition is not the one chosen.
+    small, w4 = bucket(3, 40, 600)
+    for b in (first, second, third):
+        b.held_back = False
+    out = memory.split_to_budget([first, second, third, small], {**whens, **w4}, None, 5100, "copy",
+                                 lambda bs: {id(b): 0 for b in bs})
+    assert [b.held_back for b in out] == [False, False, True, False]
+
+
+def test_each_reduction_waits_as_late_as_the_live_bytes_where_it_is_held_allow(monkeypatch):
+    """Six reduce-scatters of 100 bytes' input, issued at 0, 10, .., 50, their results
+    first used at the end (60). Live bytes are high at the start of the graph (a
+    backward's saved activations) and fall: the first two reductions must be waited
+    for before the next is issued, the later ones may wait to the end. One depth for
+    the whole graph was set by its tightest point: every one waited for at once."""
+    from types import SimpleNamespace
+
+    from bucketing.collectives import REDUCE_SCATTER
+    from bucketing.plan import memory
+    from bucketing.plan.records import Bucket, When
+
+    buckets, whens = [], {}
+    for k in range(6):
+        member = SimpleNamespace(nbytes=100, node=object(), group_name="g")
+        whens[member.node] = When(10 * k, 10 * k - 1, 60, 60, 100, 25, 0.0)
+        buckets.append(Bucket(k, REDUCE_SCATTER, "k", 1 << 40, [member], 100))
+    base = [1000 - 12 * t for t in range(62)]  # 1000 at the start, 268 at the end
+    monkeypatch.setattr(memory, "live_bytes", lambda timeline: base)
+    issue = {id(b): 10 * k for k, b in enumerate(buckets)}
+    depths = memory.reductions_in_flight(buckets, whens, None, 50, "copy", issue)
+    assert [depths[id(b)] for b in buckets] == [1, 1, None, None, None, None], depths
+    # No higher a peak than every one waited for at once (the first is over the budget
+    # even so: it is issued where live bytes peak), while four of six wait to the end.
+    def worst(depth):
+        waits = memory.reduction_waits(buckets, whens, issue, depth)
+        return memory._worst(base, [(issue[id(b)], waits[id(b)], 100) for b in buckets])
+    assert worst(lambda b: depths[id(b)]) == worst(1) == 1100
+    # One depth for the whole graph, the deepest within the budget: none is, so the
+    # shallowest for all.
+    assert all(worst(d) > max(base) + 50 for d in (None, 4, 2, 1))
+
+
+def test_each_chained_reduction_is_waited_for_before_the_issue_its_own_depth_names():
+    """placement.waited_before: per reduction its own depth; None: no pairing (waited
+    at its first use); a reduction the plan did not see (of a bucket that could not
+    be built) takes the shallowest depth the plan gave."""
+    from types import SimpleNamespace
+
+    from bucketing.apply.placement import waited_before
+    from bucketing.collectives import WAIT
+
+    class Node(SimpleNamespace):
+        __hash__ = object.__hash__
+
+    rs = c10d.reduce_scatter_tensor.default
+    nodes = []
+    for k in range(5):
+        wait = Node(target=WAIT, name=f"w{k}")
+        nodes.append(Node(target=rs, users={wait: None}, name=f"rs{k}"))
+    depths = {nodes[0]: 1, nodes[1]: 2, nodes[2]: None, nodes[4]: 1}  # nodes[3]: unseen
+    pairs = waited_before([nodes], {}, depths)
+    assert {(w.name, n.name) for w, n in pairs} == {("w0", "rs1"), ("w1", "rs3"), ("w3", "rs4")}
+    assert waited_before([nodes], {}, None) == []

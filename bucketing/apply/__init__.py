@@ -29,6 +29,15 @@ log = logging.getLogger("bucketing")
 EMITTERS = {ALL_GATHER: all_gather.emit, REDUCE_SCATTER: reduce_scatter.emit, ALL_REDUCE: all_reduce.emit}
 
 
+def _depths_by_collective(planned: Planned, merged: dict[fx.Node, fx.Node]) -> dict[fx.Node, int | None] | None:
+    """The plan's reductions in flight per issued collective (a merged bucket's, or one
+    left as it was)."""
+    if planned.reductions_in_flight is None:
+        return None
+    return {merged.get(b.members[0].node, b.members[0].node): planned.reductions_in_flight[id(b)]
+            for b in planned.issued() if id(b) in planned.reductions_in_flight}
+
+
 def rewrite(graph: fx.Graph, planned: Planned, opts: BucketingOptions) -> tuple[list[report.BucketReport],
                                                                                list[Skipped]]:
     """Apply `planned` to `graph` in place: the reports of the buckets merged, and the
@@ -43,7 +52,7 @@ def rewrite(graph: fx.Graph, planned: Planned, opts: BucketingOptions) -> tuple[
         replaced = replace_members(emitted)
         merged = {m.node: e.collective for e in emitted for m in e.bucket.members}
         place(graph, planned.timeline, emitted, planned.issue_at, chains(planned.issue_order, merged),
-              planned.issued(), replaced, planned.reductions_in_flight)
+              planned.issued(), replaced, _depths_by_collective(planned, merged))
         reports = _describe(graph, emitted, planned, opts, set(replaced))
         graph.lint()
         erase_replaced(graph, replaced)

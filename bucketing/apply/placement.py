@@ -10,7 +10,8 @@ segment: everything before a barrier stays before it and everything after
 stays after it. Seeded random nodes keep their order among themselves
 (planning made sure it can). Each group's collectives are chained in the
 plan's issue order, and a reduction is waited for before its group issues
-the reduction of its kind the plan's `reductions_in_flight` places later.
+the reduction of its kind as many places later as the plan's
+`reductions_in_flight` says for it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def chains(units: list[list[fx.Node]], merged: dict[fx.Node, fx.Node]) -> list[l
 
 def place(graph: fx.Graph, timeline: Timeline, emitted: list, issue_at: dict[int, int],
           issue_chains: list[list[fx.Node]] = (), buckets: list[Bucket] = (), replaced: list[fx.Node] = (),
-          reductions_in_flight: int | None = None) -> None:
+          reductions_in_flight: dict[fx.Node, int | None] | None = None) -> None:
     """Put every emitted bucket's nodes where they belong, and the graph in a legal order.
 
     `issue_at` is issue_positions' answer, by bucket id, in `timeline`'s positions;
@@ -102,19 +103,26 @@ def place(graph: fx.Graph, timeline: Timeline, emitted: list, issue_at: dict[int
 
 
 def waited_before(issue_chains: list[list[fx.Node]], first_issue: dict[fx.Node, fx.Node],
-                  depth: int | None) -> list[tuple]:
+                  depths: dict[fx.Node, int | None] | None) -> list[tuple]:
     """(wait, node) pairs: each chained reduction's waits go before the first issue
-    node of its group's reduction of its kind `depth` places later. A collective
-    holds its input until it is waited for, and a reduction's first user is often
-    the graph's output: left there, every bucket's gradients would stay alive to
-    the end of the backward."""
+    node of its group's reduction of its kind `depths[reduction]` places later (a
+    reduction the plan did not see, of a bucket that could not be built, as the
+    shallowest). A collective holds its input until it is waited for, and a
+    reduction's first user is often the graph's output: left there, every bucket's
+    gradients would stay alive to the end of the backward."""
     pairs = []
-    for chain in issue_chains if depth is not None else ():
+    known = [d for d in (depths or {}).values() if d is not None]
+    unseen = min(known, default=None)
+    for chain in issue_chains if depths is not None else ():
         for kind in KINDS:
             if not kind.reduces:
                 continue
             mine = [n for n in chain if n.target is kind.target]
-            for earlier, later in zip(mine, mine[depth:]):
+            for k, earlier in enumerate(mine):
+                depth = depths.get(earlier, unseen)
+                if depth is None or k + depth >= len(mine):
+                    continue
+                later = mine[k + depth]
                 for wait in earlier.users:
                     if wait.target is WAIT:
                         pairs.append((wait, first_issue.get(later, later)))

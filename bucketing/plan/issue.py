@@ -57,7 +57,8 @@ def issue_positions(buckets: list[Bucket], whens: dict, prefetch: Prefetch = Pre
 
     As early as its inputs allow, but not before the bucket `prefetch.depth`
     before it of its kind and group is first used, unless `lead` (the
-    policy's) asks for an earlier position.
+    policy's) asks for an earlier position; and an all-gather not before one
+    of its group needed sooner (`_in_the_order_needed`).
     """
     out: dict[int, int] = {}
     uses: dict[tuple, list[int]] = defaultdict(list)
@@ -85,7 +86,20 @@ def issue_positions(buckets: list[Bucket], whens: dict, prefetch: Prefetch = Pre
             previous.append(min(apart))
         previous.append(b.copied_out_at(whens))
     _after_next_feeder(buckets, moved, whens, out)
+    _in_the_order_needed(moved, whens, out)
     return out
+
+
+def _in_the_order_needed(moved: list[Bucket], whens: dict, out: dict[int, int]) -> None:
+    """Each group's moved all-gathers issue in the order the graph needs them: one
+    held back by the memory budget (neither led nor eager) would otherwise be
+    overtaken by a later one led early, and its compute, sooner, wait behind it on the
+    group's stream."""
+    latest: dict[str, int] = {}
+    for b in sorted((b for b in moved if b.kind.needed_at_first_use),
+                    key=lambda b: min(whens[m.node].first_use for m in b.members)):
+        out[id(b)] = max(out[id(b)], latest.get(b.group_name, 0))
+        latest[b.group_name] = out[id(b)]
 
 
 def _after_next_feeder(buckets: list[Bucket], moved: list[Bucket], whens: dict, out: dict[int, int]) -> None:

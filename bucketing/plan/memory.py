@@ -110,9 +110,7 @@ def split_to_budget(buckets: list[Bucket], whens: dict, timeline: Timeline, budg
         can_give = [b for b in buckets if adds.get(id(b), 0) > 0 and (len(b.members) > 1 or not b.held_back)]
         if not can_give:
             return buckets
-        # At equal bytes, the one used last: holding back the nearer of two prefetches would
-        # issue the farther one first and leave the nearer one's compute waiting on it.
-        culprit = max(can_give, key=lambda b: (adds[id(b)], min(whens[m.node].first_use for m in b.members)))
+        culprit = to_give_back(can_give, adds, whens)
         if not culprit.held_back:  # issued later first; halved once that is not enough
             culprit.held_back = True
             continue
@@ -121,28 +119,50 @@ def split_to_budget(buckets: list[Bucket], whens: dict, timeline: Timeline, budg
                                           f"({budget:.0f} bytes over the unbucketed peak)")
 
 
+def to_give_back(can_give: list[Bucket], adds: dict[int, int], whens: dict) -> Bucket:
+    """The bucket held back (or, held back already, halved) to lower the peak: of those
+    that give back at least half what the largest would, one not yet held back first,
+    then the one used last. Holding back the nearer of two prefetches would issue the
+    farther one first (a group issues in one order) and leave the nearer one's compute
+    waiting on it."""
+    most = max(adds[id(b)] for b in can_give)
+    return max((b for b in can_give if 2 * adds[id(b)] >= most),
+               key=lambda b: (not b.held_back, min(whens[m.node].first_use for m in b.members), adds[id(b)]))
+
+
 # The reduction depths tried, deepest first; None: each waited for at its result's
 # first use (often the graph's output).
 REDUCTION_DEPTHS = (None, 4, 2, 1)
 
 
-def reduction_waits(buckets: list[Bucket], whens: dict, issue: dict[int, int], depth: int | None) -> dict[int, int]:
+def reduction_waits(buckets: list[Bucket], whens: dict, issue: dict[int, int],
+                    depth: int | None | Callable[[Bucket], int | None]) -> dict[int, int]:
     """Per reduction bucket (by id), where it is waited for: at its result's first
     use, or before the issue of its group's bucket of its kind `depth` later if sooner
-    (placement.waited_before)."""
+    (placement.waited_before). `depth` may be one for all or a function of the bucket."""
+    out = {}
+    for queue in _reduction_queues(buckets, whens, issue):
+        for k, b in enumerate(queue):
+            out[id(b)] = _waited_at(queue, k, depth(b) if callable(depth) else depth, whens, issue)
+    return out
+
+
+def _reduction_queues(buckets: list[Bucket], whens: dict, issue: dict[int, int]) -> list[list[Bucket]]:
+    """Per kind and group, its reduction buckets in issue order."""
     order: dict[tuple, list[Bucket]] = {}
     for b in buckets:
         if b.kind.reduces:
             order.setdefault((b.kind.name, b.group_name), []).append(b)
-    out = {}
     for queue in order.values():
         queue.sort(key=lambda b: _issued_at(b, whens, issue))
-        for k, b in enumerate(queue):
-            at = min(whens[m.node].first_use for m in b.members)
-            if depth is not None and k + depth < len(queue):
-                at = min(at, _issued_at(queue[k + depth], whens, issue))
-            out[id(b)] = at
-    return out
+    return list(order.values())
+
+
+def _waited_at(queue: list[Bucket], k: int, depth: int | None, whens: dict, issue: dict[int, int]) -> int:
+    at = min(whens[m.node].first_use for m in queue[k].members)
+    if depth is not None and k + depth < len(queue):
+        at = min(at, _issued_at(queue[k + depth], whens, issue))
+    return at
 
 
 def _issued_at(b: Bucket, whens: dict, issue: dict[int, int]) -> int:
@@ -150,35 +170,63 @@ def _issued_at(b: Bucket, whens: dict, issue: dict[int, int]) -> int:
 
 
 def reductions_in_flight(buckets: list[Bucket], whens: dict, timeline: Timeline, budget: float, copy_out: str,
-                         issue: dict[int, int]) -> int | None:
-    """The deepest of REDUCTION_DEPTHS whose reductions' inputs, each held from its
-    issue to its wait (a collective holds its input until then), keep the estimated
-    peak within `budget` bytes of the unbucketed one, or within what the buckets
-    already reach without them; the shallowest where none does."""
+                         issue: dict[int, int]) -> dict[int, int | None]:
+    """Per reduction bucket (by id), how many of its kind and group may be issued
+    before it is waited for: the deepest of REDUCTION_DEPTHS at which its input,
+    held from its issue to its wait (a collective holds its input until then),
+    keeps the estimated peak within `budget` bytes of the unbucketed one, or
+    within what the buckets already reach without them; the shallowest where
+    none does. Decided bucket by bucket, each on the bytes the others hold: where
+    the graph's live bytes fall (a backward frees its activations as it goes)
+    reductions wait later than where they peak."""
     base_live = live_bytes(timeline)
     merged = [interval for b in buckets if not b.explicit and id(b) in issue
               for interval in bucket_extra_intervals(b, whens, issue[id(b)], copy_out)]
     limit = max(max(base_live, default=0) + budget, _worst(base_live, merged))
-    for depth in REDUCTION_DEPTHS:
-        waits = reduction_waits(buckets, whens, issue, depth)
-        held = [(_issued_at(b, whens, issue), waits[id(b)], sum(whens[m.node].in_bytes for m in b.members))
-                for b in buckets if id(b) in waits]
-        if _worst(base_live, merged + held) <= limit:
-            return depth
-    return REDUCTION_DEPTHS[-1]
+    queues = _reduction_queues(buckets, whens, issue)
+    shallowest = REDUCTION_DEPTHS[-1]
+    spans = {id(b): (_issued_at(b, whens, issue), _waited_at(queue, k, shallowest, whens, issue),
+                     sum(whens[m.node].in_bytes for m in b.members))
+             for queue in queues for k, b in enumerate(queue)}
+    live = _profile(base_live, merged + list(spans.values()))
+    out: dict[int, int | None] = {}
+    # From the last issued back, each as deep as fits beside the others (the ones not
+    # yet decided at the shallowest): a late reduction holds its input over less of
+    # the graph, where a backward's live bytes have fallen.
+    for queue, k, b in sorted(((q, k, b) for q in queues for k, b in enumerate(q)),
+                              key=lambda e: -spans[id(e[2])][0]):
+        start, end, held = spans[id(b)]
+        _add(live, start, end, -held)
+        for depth in REDUCTION_DEPTHS:
+            end = _waited_at(queue, k, depth, whens, issue)
+            if depth == shallowest or max(live[start:end + 1], default=0) + held <= limit:
+                break
+        out[id(b)] = depth
+        _add(live, start, end, held)
+    return out
 
 
-def _worst(base_live: list[int], intervals: list[tuple[int, int, int]]) -> int:
-    """The most live bytes at any position: `base_live` with `intervals` added."""
+def _add(live: list[int], start: int, end: int, nbytes: int) -> None:
+    for t in range(start, min(end, len(live) - 1) + 1):
+        live[t] += nbytes
+
+
+def _profile(base_live: list[int], intervals: list[tuple[int, int, int]]) -> list[int]:
+    """`base_live` with `intervals` added, per position."""
     extra = [0] * (len(base_live) + 2)
     for start, end, nbytes in intervals:
         extra[start] += nbytes
         extra[end + 1] -= nbytes
-    live, worst = 0, 0
+    out, live = [], 0
     for t, base in enumerate(base_live):
         live += extra[t]
-        worst = max(worst, base + live)
-    return worst
+        out.append(base + live)
+    return out
+
+
+def _worst(base_live: list[int], intervals: list[tuple[int, int, int]]) -> int:
+    """The most live bytes at any position: `base_live` with `intervals` added."""
+    return max(_profile(base_live, intervals), default=0)
 
 
 def _peak(buckets: list[Bucket], whens: dict, base_live: list[int], limit: float, copy_out: str,

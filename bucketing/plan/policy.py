@@ -190,9 +190,11 @@ class Policy:
         return memory.split_to_budget(list(buckets), whens, self.timeline, self.memory_budget_bytes(buckets),
                                       self.options.copy_out, issue_positions)
 
-    def reductions_in_flight(self, buckets: list[Bucket], whens: dict, issue_at: dict[int, int]) -> int | None:
-        """How many reductions of one kind and group may wait at once (memory.py);
-        None (each waits for its result's first use) under merge_all, the caps alone."""
+    def reductions_in_flight(self, buckets: list[Bucket], whens: dict,
+                             issue_at: dict[int, int]) -> dict[int, int | None] | None:
+        """Per reduction bucket, how many of its kind and group may be issued before it is
+        waited for (memory.py); None (each waits for its result's first use) under
+        merge_all, the caps alone."""
         if not self.windowed or not any(b.kind.reduces for b in buckets):
             return None
         return memory.reductions_in_flight(buckets, whens, self.timeline, self.memory_budget_bytes(buckets),

@@ -128,9 +128,9 @@ class Planned:
     issue_at: dict[int, int]  # per bucket moved (by id): the position it is issued before
     issue_order: list[list[fx.Node]]  # every collective in issue units, in the order each group issues
     extra_peak_bytes: dict[int, int]  # per merged bucket (by id): the most it adds to live bytes
-    # Reductions of one kind and group issued and not yet waited for, at most
-    # (memory.reductions_in_flight); None: each waited for at its result's first use.
-    reductions_in_flight: int | None = None
+    # Per reduction bucket (by id), how many of its kind and group are issued before it
+    # is waited for (memory.reductions_in_flight); None: at its result's first use.
+    reductions_in_flight: dict[int, int | None] | None = None
 
     def issued(self) -> list[Bucket]:
         """Every bucket the issue order places, those of a collective left alone included."""
