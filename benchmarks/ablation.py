@@ -50,10 +50,6 @@ RULES: dict[str, tuple[str, list[tuple[object, str, object]]]] = {
     "depth-per-reduction": (
         "each reduction waits as late as the live bytes where it is held allow (else one depth per graph)",
         [(memory, "reductions_in_flight", lambda *args: _one_depth(*args))]),
-    "hold-back-last": (
-        "the memory budget holds back the prefetch needed last (else the one adding most)",
-        [(memory, "to_give_back", lambda can_give, adds, whens: max(
-            can_give, key=lambda b: (adds[id(b)], min(whens[m.node].first_use for m in b.members))))]),
     "gathers-in-order": (
         "a group's prefetched all-gathers issue in the order they are needed",
         [(issue, "_in_the_order_needed", lambda *args: None)]),
