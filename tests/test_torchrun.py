@@ -49,7 +49,15 @@ def test_a_killed_rank_stops_every_rank_naming_the_case(tmp_path):
                 pids[int(m.group(1))] = int(m.group(2))
             if line.startswith("PASSED") and 1 in pids:
                 break
-        os.kill(pids[1], signal.SIGKILL)
+        else:
+            pytest.fail(f"the run ended (exit {proc.wait()}) before rank 1 was ready and a case passed:\n"
+                        + "".join(lines)[-3000:])
+        try:
+            os.kill(pids[1], signal.SIGKILL)
+        except ProcessLookupError:  # rank 1 ended on its own after a case passed: say how
+            rest, _ = proc.communicate(timeout=120)
+            pytest.fail(f"rank 1 (pid {pids[1]}) was gone before the kill; the run exited {proc.returncode}:\n"
+                        + ("".join(lines) + rest)[-4000:])
         killed_at = time.monotonic()
         rest, _ = proc.communicate(timeout=120)
     finally:
