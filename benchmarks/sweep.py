@@ -332,15 +332,21 @@ def verdicts(rows: list[dict], candidate: str = CANDIDATE) -> list[dict]:
         best_torch = min(by[p]["step_ms"] for p in torch_passes) if torch_passes else None
         others = [r["exposed_comm_ms"] for p, r in by.items() if p != candidate and ablation.rule_of(p) is None]
         peak_limit = by["unbucketed"]["peak_bytes"] + 2 * (c["block_bytes"] or 0) if "unbucketed" in by else None
+        # The same comparison among the passes that keep the peak target: less exposed
+        # communication bought with memory over the limit is told apart.
+        others_in_peak = [r["exposed_comm_ms"] for p, r in by.items() if p != candidate and ablation.rule_of(p) is None
+                          and (peak_limit is None or r["peak_bytes"] <= peak_limit)]
         out.append({
             "cell": key, "step_ms": c["step_ms"], "step_over_bound": c["step_over_bound"],
             "exposed_comm_ms": c["exposed_comm_ms"], "best_torch_ms": best_torch,
             "step_over_best_torch": round(c["step_ms"] / best_torch, 4) if best_torch else None,
             "least_other_exposed_ms": min(others) if others else None,
+            "least_other_exposed_in_peak_ms": min(others_in_peak) if others_in_peak else None,
             "peak_gib": c["peak_bytes"] / 2**30, "peak_limit_gib": peak_limit / 2**30 if peak_limit else None,
             "bound": c["step_over_bound"] <= 1.10,
             "torch": best_torch is None or c["step_ms"] <= best_torch,
             "exposed": not others or c["exposed_comm_ms"] <= min(others) + 1e-6,
+            "exposed_in_peak": not others_in_peak or c["exposed_comm_ms"] <= min(others_in_peak) + 1e-6,
             "peak": peak_limit is None or c["peak_bytes"] <= peak_limit,
             "comm_over_compute": round(c["comm_ms"] / c["compute_ms"], 3) if c["compute_ms"] else None,
             "step_over_graph_bound": c.get("step_over_graph_bound"),
@@ -388,9 +394,14 @@ def summary(rows: list[dict]) -> str:
     v = verdicts(rows)
     misses = [x for x in v if not (x["bound"] and x["torch"] and x["exposed"] and x["peak"])]
     lines += [f"### Cells where `{CANDIDATE}` misses a target ({len(misses)} of {len(v)})", ""]
+    exposed_misses = [x for x in v if not x["exposed"]]
+    lines += [f"Least exposed communication: missed in {len(exposed_misses)} cells; against only the passes "
+              f"whose peak is within the limit, in {sum(not x['exposed_in_peak'] for x in v)}.", ""]
     body = [[", ".join(str(k) for k in x["cell"]), _mark(x["bound"], f"{x['step_over_bound']:.3f}"),
              _mark(x["torch"], f"{x['step_over_best_torch']:.3f}" if x["step_over_best_torch"] else "-"),
-             _mark(x["exposed"], f"{x['exposed_comm_ms']:.0f} vs {x['least_other_exposed_ms']:.0f}"),
+             _mark(x["exposed"], f"{x['exposed_comm_ms']:.0f} vs {x['least_other_exposed_ms']:.0f}"
+                   + (f" ({x['least_other_exposed_in_peak_ms']:.0f} within peak)"
+                      if x["least_other_exposed_in_peak_ms"] not in (None, x["least_other_exposed_ms"]) else "")),
              _mark(x["peak"], f"{x['peak_gib']:.2f} / {x['peak_limit_gib']:.2f}" if x["peak_limit_gib"] else "-"),
              str(x["comm_over_compute"]), str(x["step_over_graph_bound"])] for x in misses]
     lines += _md(["cell", "step÷bound ≤ 1.10", "step ÷ best torch ≤ 1", "exposed ms vs least other",

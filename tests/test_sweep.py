@@ -36,6 +36,19 @@ def test_verdicts_name_each_missed_target():
     assert "misses a target (0 of 1)" in text and "### m, h100" in text
 
 
+def test_exposed_communication_is_also_judged_against_the_passes_within_the_peak_limit():
+    # block 1 GiB: the limit is the unbucketed 10 GiB + 2 GiB
+    rows = [_row("unbucketed", 200, 150, peak=10 * 2**30), _row("torch-overlap-best", 150, 60),
+            _row("project-merge_all", 110, 20, peak=14 * 2**30), _row("project", 120, 40, peak=11 * 2**30)]
+    (v,) = sweep.verdicts(rows)
+    assert (v["exposed"], v["exposed_in_peak"]) == (False, True)
+    assert (v["least_other_exposed_ms"], v["least_other_exposed_in_peak_ms"]) == (20, 60)
+    assert "against only the passes whose peak is within the limit, in 0." in sweep.summary(rows)
+    rows[-1] = _row("project", 120, 70, peak=11 * 2**30)
+    (v,) = sweep.verdicts(rows)
+    assert (v["exposed"], v["exposed_in_peak"]) == (False, False)
+
+
 def test_the_fastest_overlap_setting_is_reported_as_best():
     rows = [_row("torch-overlap:defaults", 150, 90), _row("torch-overlap:titan", 130, 60)]
     (best,) = sweep._best_overlap(rows)

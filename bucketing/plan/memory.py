@@ -233,20 +233,14 @@ def _peak(buckets: list[Bucket], whens: dict, base_live: list[int], limit: float
           issue: dict[int, int]) -> tuple[int | None, dict[int, int]]:
     """(the position of the estimated peak, or None if it is within `limit`;
     per bucket by id, the bytes it adds there)."""
-    extra = [0] * (len(base_live) + 2)
     per_bucket = {}
     for b in buckets:
         if b.explicit or id(b) not in issue:  # the user's module_buckets entries stay whole
             continue
-        per_bucket[id(b)] = intervals = bucket_extra_intervals(b, whens, issue[id(b)], copy_out)
-        for start, end, nbytes in intervals:
-            extra[start] += nbytes
-            extra[end + 1] -= nbytes
-    live, worst, at = 0, -1, 0
-    for t, base in enumerate(base_live):
-        live += extra[t]
-        if base + live > worst:
-            worst, at = base + live, t
+        per_bucket[id(b)] = bucket_extra_intervals(b, whens, issue[id(b)], copy_out)
+    profile = _profile(base_live, [span for spans in per_bucket.values() for span in spans])
+    at = max(range(len(profile)), key=profile.__getitem__, default=0)  # the first of the highest
+    worst = profile[at] if profile else -1
     if worst <= limit:
         return None, {}
     return at, {bid: sum(n for s, e, n in spans if s <= at <= e) for bid, spans in per_bucket.items()}
