@@ -72,6 +72,16 @@ def test_member_over_the_cap_stays_alone_and_keeps_the_bucket_open(group_name):
     assert skipped == ["all_gather_into_tensor_1"]
 
 
+def test_a_full_bucket_takes_no_later_member_that_would_fit_its_room(group_name):
+    # Cap: three units. The first bucket (two units) refuses the second collective (three
+    # units), which opens its own; the third (one unit) fits the first bucket's room, but
+    # joining would issue the first bucket only once the third is ready.
+    gm = trace(lambda a, b, c: (ag(a, group_name), ag(b, group_name), ag(c, group_name)),
+               ((32,), f32), ((48,), f32), ((16,), f32))
+    buckets, _ = _plan(gm, bucket_cap_mb=48 * 4 * WORLD / 2**20)
+    assert buckets == [["all_gather_into_tensor"], ["all_gather_into_tensor_1"], ["all_gather_into_tensor_2"]]
+
+
 def test_count_cap(group_name):
     gm = trace(lambda *xs: tuple(ag(x, group_name) for x in xs), *[((3,), f32)] * 5)
     buckets, _ = _plan(gm, max_bucket_count=2)

@@ -94,12 +94,17 @@ class Assigner:
                                             Span.of(w), module=unit))
             return None
         bids = self.open_by_key[key]
-        for bid in reversed(bids):
+        for bid in list(reversed(bids)):
             why = self._refusal(bid, c, w, mask)
             if why is None:
                 return self._join(bid, c, w, mask)
             if not self.buckets[bid].alone_reason:
                 self.buckets[bid].alone_reason = f"{c.node.name} could not join: {why}"
+            if (self.buckets[bid].nbytes + c.nbytes > self.buckets[bid].cap_bytes
+                    and c.nbytes <= self.policy.cap_bytes(self.next_index[c.kind.name])):
+                # Full: closed. A smaller collective later filling its room would issue it
+                # only once that collective is ready, holding every earlier member back.
+                bids.remove(bid)
         index = self.next_index[c.kind.name]
         cap = self.policy.cap_bytes(index)
         if c.nbytes > cap:  # too big for any new bucket
