@@ -14,7 +14,7 @@ import contextlib
 from unittest import mock
 
 from bucketing import plan as plan_module
-from bucketing.plan import estimates, issue, memory, policy
+from bucketing.plan import assign, estimates, issue, memory, policy
 
 # rule -> (what it does, the patches that turn it off: (object, attribute, replacement))
 RULES: dict[str, tuple[str, list[tuple[object, str, object]]]] = {
@@ -53,6 +53,9 @@ RULES: dict[str, tuple[str, list[tuple[object, str, object]]]] = {
     "gathers-in-order": (
         "a group's prefetched all-gathers issue in the order they are needed",
         [(issue, "_in_the_order_needed", lambda *args: None)]),
+    "full-closes": (
+        "a bucket that refuses a collective for its cap takes no later, smaller one",
+        [(assign.Assigner, "_full", lambda self, bucket, c: False)]),
     "after-feeder": (
         "a reduction of a bucket's result is issued at its feeder's next bucket",
         [(issue, "_after_next_feeder", lambda *args: None),

@@ -182,9 +182,12 @@ def test_an_unknown_rule_names_the_parameter():
 
 
 def test_every_rule_turned_off_is_reached_by_planning(fake_world):
-    """Each rule's patch replaces something planning calls on a small llama3: an
-    ablation whose target planning no longer reaches would measure nothing."""
+    """Each rule's patch replaces something planning calls on a small llama3, at the
+    default cap or at one its buckets exceed (rules about a full bucket act only where
+    the cap binds): an ablation whose target planning no longer reaches would measure
+    nothing."""
     from benchmarks import ablation, sim_trace
+    from conformance import adapters
 
     try:
         sim.check_torch()
@@ -200,9 +203,10 @@ def test_every_rule_turned_off_is_reached_by_planning(fake_world):
         original = ablation.RULES[rule]
         ablation.RULES[rule] = (original[0], counted)
         try:
-            with ablation.turned_off(rule):
+            with ablation.turned_off(rule), sim_trace.estimation(gpu):
                 for gm in graphs:
-                    sim.apply_pass("project", sim.copy_module(gm), gpu)
+                    for options in ({}, {"bucket_cap_mb": 4}):
+                        adapters.load("project").apply_fx(sim.copy_module(gm), **options)
         finally:
             ablation.RULES[rule] = original
         if not calls:

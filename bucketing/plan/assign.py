@@ -24,7 +24,9 @@ previous one depends on.
 
 The policy answers the rest: each collective's key, whether it is left out
 or kept alone, why a bucket the graph allows refuses it, the caps, how many
-buckets of a key stay open.
+buckets of a key stay open. A bucket that refuses a collective for its cap is
+closed, where that collective fits a new one: a later, smaller collective
+filling its room would hold the bucket's issue back until it is ready.
 """
 
 from __future__ import annotations
@@ -100,9 +102,8 @@ class Assigner:
                 return self._join(bid, c, w, mask)
             if not self.buckets[bid].alone_reason:
                 self.buckets[bid].alone_reason = f"{c.node.name} could not join: {why}"
-            if (self.buckets[bid].nbytes + c.nbytes > self.buckets[bid].cap_bytes
-                    and c.nbytes <= self.policy.cap_bytes(self.next_index[c.kind.name])):
-                # Full: closed. A smaller collective later filling its room would issue it
+            if self._full(self.buckets[bid], c):
+                # Closed: a smaller collective later filling its room would issue it
                 # only once that collective is ready, holding every earlier member back.
                 bids.remove(bid)
         index = self.next_index[c.kind.name]
@@ -119,6 +120,11 @@ class Assigner:
         del bids[:-self.policy.max_open]
         self._record_dependencies(mask, bid)
         return bid
+
+    def _full(self, bucket: Bucket, c: Collective) -> bool:
+        """Whether `bucket` has no room for `c`, where `c` fits a new bucket."""
+        return (bucket.nbytes + c.nbytes > bucket.cap_bytes
+                and c.nbytes <= self.policy.cap_bytes(self.next_index[c.kind.name]))
 
     def _keep_alone(self, c: Collective, why: str, bucket: Bucket) -> None:
         self.alone.append(Alone(c, why, bucket))
